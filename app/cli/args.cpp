@@ -1,0 +1,88 @@
+#include "args.h"
+
+#include "stowage/error.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <unistd.h>
+
+namespace stowage::cli {
+
+Args::Args(const std::vector<std::string>& argv, const std::set<std::string>& valued, const std::set<std::string>& flags)
+{
+    for (size_t i = 0; i < argv.size(); ++i) {
+        const std::string& a = argv[i];
+        if (a.size() > 1 && a[0] == '-' && !(a.size() > 1 && std::isdigit(static_cast<unsigned char>(a[1])))) {
+            std::string name = a, val;
+            bool hasEq = false;
+            if (auto eq = a.find('='); eq != std::string::npos) {
+                name = a.substr(0, eq);
+                val = a.substr(eq + 1);
+                hasEq = true;
+            }
+            if (valued.count(name)) {
+                if (!hasEq) {
+                    if (i + 1 >= argv.size())
+                        throw InputError("", "option " + name + " needs a value");
+                    val = argv[++i];
+                }
+                m_values.emplace(name, val);
+            } else if (flags.count(name) && !hasEq) {
+                m_flags.insert(name);
+            } else {
+                throw InputError("", "unknown option " + name);
+            }
+        } else {
+            m_positional.push_back(a);
+        }
+    }
+    if (m_positional.size() > 1)
+        throw InputError("", "unexpected argument '" + m_positional[1] + "' (only one PATH is taken)");
+}
+
+std::optional<std::string> Args::value(const std::string& name) const
+{
+    auto range = m_values.equal_range(name);
+    if (range.first == range.second)
+        return std::nullopt;
+    return std::prev(range.second)->second; // the last one wins, as in most tools
+}
+
+std::vector<std::string> Args::values(const std::string& name) const
+{
+    std::vector<std::string> out;
+    auto range = m_values.equal_range(name);
+    for (auto it = range.first; it != range.second; ++it)
+        out.push_back(it->second);
+    return out;
+}
+
+std::string checkpointPath(const Args& args)
+{
+    if (!args.positional().empty())
+        return args.positional()[0];
+    if (const char* env = std::getenv("STOWAGE_DEMO"))
+        return env;
+    // Installed layout: <prefix>/bin/stowage-cli and <prefix>/share/stowage/demo.
+    std::error_code ec;
+    auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (!ec) {
+        auto installed = exe.parent_path().parent_path() / "share" / "stowage" / "demo";
+        if (std::filesystem::exists(installed / "config.json"))
+            return installed.string();
+    }
+    return STOWAGE_BUILD_DEMO_DIR;
+}
+
+std::optional<DType> parseDTypeOption(const Args& a)
+{
+    auto v = a.value("--dtype");
+    if (!v)
+        return std::nullopt;
+    auto d = dtypeFromTorchName(*v);
+    if (!d || !dtypeIsFloating(*d))
+        throw InputError("", "--dtype '" + *v + "' is not one of float32, float16, bfloat16");
+    return d;
+}
+
+} // namespace stowage::cli

@@ -1,0 +1,36 @@
+#pragma once
+// A small command-line parser: one positional PATH, `--flag`, `--opt VALUE`
+// (or `--opt=VALUE`), repeatable options. Unknown options are input errors.
+#include "stowage/dtype.h"
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace stowage::cli {
+
+class Args {
+public:
+    // `valued`: options taking a value; `flags`: options that do not.
+    Args(const std::vector<std::string>& argv, const std::set<std::string>& valued, const std::set<std::string>& flags);
+
+    bool flag(const std::string& name) const { return m_flags.count(name) > 0; }
+    std::optional<std::string> value(const std::string& name) const;
+    std::vector<std::string> values(const std::string& name) const;
+    const std::vector<std::string>& positional() const { return m_positional; }
+
+private:
+    std::set<std::string> m_flags;
+    std::multimap<std::string, std::string> m_values;
+    std::vector<std::string> m_positional;
+};
+
+// The checkpoint PATH: the positional argument, else the bundled demo.
+std::string checkpointPath(const Args& args);
+
+// --dtype: a floating torch dtype name, or nullopt for the checkpoint's own.
+std::optional<DType> parseDTypeOption(const Args& args);
+
+} // namespace stowage::cli

@@ -1,0 +1,62 @@
+// The Llama family as transformers defines it: llama, mistral, qwen2 (q/k/v
+// bias) and qwen3 (q/k RMSNorm). Same skeleton, family-prefixed class names.
+#include "registry.h"
+
+namespace stowage::arch {
+
+Skeleton buildLlamaFamily(const ModelConfig& c, DType dt)
+{
+    const std::string type = c.modelType();
+    const std::string P = type == "llama" ? "Llama" : type == "mistral" ? "Mistral" : type == "qwen2" ? "Qwen2" : "Qwen3";
+    const int64_t vocab = c.integer("vocab_size", 32000);
+    const int64_t hidden = c.integer("hidden_size", 4096);
+    const int64_t inter = c.integer("intermediate_size", 11008);
+    const int64_t layers = c.integer("num_hidden_layers", 32);
+    const int64_t heads = c.integer("num_attention_heads", 32);
+    const int64_t kvHeads = c.integer("num_key_value_heads", heads);
+    const int64_t headDim = c.has("head_dim") ? c.integer("head_dim") : hidden / heads;
+    const bool qkvBias = type == "qwen2" ? true : c.boolOr("attention_bias", false);
+    const bool oBias = type == "qwen2" ? false : c.boolOr("attention_bias", false);
+    const bool mlpBias = c.boolOr("mlp_bias", false);
+    const std::string act = activationClass(c.stringOr("hidden_act", "silu"));
+    // LlamaConfig and friends default tie_word_embeddings to False.
+    const bool tied = c.boolOr("tie_word_embeddings", false);
+
+    Skeleton s;
+    s.basePrefix = "model";
+    ModuleTree& t = s.tree;
+    t.setModelType(type, true);
+    t.addModule(-1, "", P + "ForCausalLM");
+    int model = t.addModule(0, "model", P + "Model");
+    int emb = t.addModule(model, "embed_tokens", "Embedding");
+    t.addParam(emb, "weight", {vocab, hidden}, dt);
+    int list = t.addModule(model, "layers", "ModuleList");
+    for (int64_t i = 0; i < layers; ++i) {
+        int l = t.addModule(list, std::to_string(i), P + "DecoderLayer");
+        int a = t.addModule(l, "self_attn", P + "Attention");
+        linear(t, a, "q_proj", hidden, heads * headDim, qkvBias, dt);
+        linear(t, a, "k_proj", hidden, kvHeads * headDim, qkvBias, dt);
+        linear(t, a, "v_proj", hidden, kvHeads * headDim, qkvBias, dt);
+        linear(t, a, "o_proj", heads * headDim, hidden, oBias, dt);
+        if (type == "qwen3") {
+            norm(t, a, "q_norm", P + "RMSNorm", headDim, false, dt);
+            norm(t, a, "k_norm", P + "RMSNorm", headDim, false, dt);
+        }
+        int mlp = t.addModule(l, "mlp", P + "MLP");
+        linear(t, mlp, "gate_proj", hidden, inter, mlpBias, dt);
+        linear(t, mlp, "up_proj", hidden, inter, mlpBias, dt);
+        linear(t, mlp, "down_proj", inter, hidden, mlpBias, dt);
+        t.addModule(mlp, "act_fn", act);
+        norm(t, l, "input_layernorm", P + "RMSNorm", hidden, false, dt);
+        norm(t, l, "post_attention_layernorm", P + "RMSNorm", hidden, false, dt);
+    }
+    norm(t, model, "norm", P + "RMSNorm", hidden, false, dt);
+    t.addModule(model, "rotary_emb", P + "RotaryEmbedding");
+    linear(t, 0, "lm_head", hidden, vocab, false, dt);
+    if (tied)
+        t.tie("lm_head.weight", "model.embed_tokens.weight");
+    t.setNoSplit({P + "DecoderLayer"});
+    return s;
+}
+
+} // namespace stowage::arch

@@ -1,0 +1,281 @@
+#include "stowage/checkpoint.h"
+
+#include "stowage/error.h"
+#include "stowage/formats.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace fs = std::filesystem;
+
+namespace stowage {
+namespace {
+
+bool endsWith(const std::string& s, const std::string& suffix)
+{
+    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string readText(const fs::path& p)
+{
+    std::ifstream in(p, std::ios::binary);
+    if (!in)
+        throw InputError(p.string(), "cannot read");
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+// A Hub cache entry: refs/main names the snapshot; without it, the newest.
+std::optional<fs::path> hubSnapshot(const fs::path& entry)
+{
+    if (!fs::is_directory(entry / "snapshots"))
+        return std::nullopt;
+    std::string ref;
+    if (fs::exists(entry / "refs" / "main")) {
+        ref = readText(entry / "refs" / "main");
+        ref.erase(std::remove_if(ref.begin(), ref.end(), [](char c) { return std::isspace(static_cast<unsigned char>(c)); }),
+                  ref.end());
+        if (ref.find('/') != std::string::npos || ref.find("..") != std::string::npos || ref.empty())
+            throw InputError((entry / "refs" / "main").string(), "does not name a snapshot");
+        if (!fs::is_directory(entry / "snapshots" / ref))
+            throw InputError((entry / "refs" / "main").string(), "names snapshot '" + ref + "' which is not in snapshots/");
+        return entry / "snapshots" / ref;
+    }
+    std::optional<fs::path> newest;
+    fs::file_time_type newestTime;
+    for (const auto& d : fs::directory_iterator(entry / "snapshots")) {
+        if (!d.is_directory())
+            continue;
+        auto t = d.last_write_time();
+        if (!newest || t > newestTime) {
+            newest = d.path();
+            newestTime = t;
+        }
+    }
+    if (!newest)
+        throw InputError(entry.string(), "Hub cache entry has no snapshot");
+    return newest;
+}
+
+bool isInside(const fs::path& child, const fs::path& root)
+{
+    auto c = child.lexically_normal().string();
+    auto r = root.lexically_normal().string();
+    if (!r.empty() && r.back() != '/')
+        r += '/';
+    return c.rfind(r, 0) == 0;
+}
+
+} // namespace
+
+Checkpoint Checkpoint::open(const std::string& pathArg)
+{
+    Checkpoint ck;
+    std::error_code ec;
+    fs::path p = fs::absolute(pathArg, ec);
+    if (!fs::exists(p, ec))
+        throw InputError(pathArg, "no such file or folder");
+
+    fs::path weights;
+    if (fs::is_directory(p)) {
+        fs::path folder = p;
+        ck.m_trustRoot = fs::canonical(p).string();
+        if (auto snap = hubSnapshot(p))
+            folder = *snap;
+        else if (p.parent_path().filename() == "snapshots")
+            ck.m_trustRoot = fs::canonical(p.parent_path().parent_path()).string();
+        for (const char* name : {"model.safetensors.index.json", "model.safetensors", "pytorch_model.bin.index.json",
+                                 "pytorch_model.bin"}) {
+            if (fs::exists(folder / name)) {
+                weights = folder / name;
+                break;
+            }
+        }
+        if (weights.empty()) {
+            // A lone differently named weights file is still unambiguous.
+            std::vector<fs::path> found;
+            for (const auto& e : fs::directory_iterator(folder))
+                if (endsWith(e.path().string(), ".safetensors"))
+                    found.push_back(e.path());
+            if (found.size() == 1)
+                weights = found[0];
+            else
+                throw InputError(folder.string(),
+                                 found.empty() ? "no weights found (expected model.safetensors, an index file or pytorch_model.bin)"
+                                               : "several .safetensors files and no index file to say how they fit together");
+        }
+        ck.m_folder = folder.string();
+    } else {
+        weights = p;
+        ck.m_folder = p.parent_path().string();
+        fs::path folder = p.parent_path();
+        ck.m_trustRoot = fs::canonical(folder).string();
+        if (folder.parent_path().filename() == "snapshots")
+            ck.m_trustRoot = fs::canonical(folder.parent_path().parent_path()).string();
+    }
+
+    if (fs::exists(fs::path(ck.m_folder) / "config.json")) {
+        auto cfgPath = fs::path(ck.m_folder) / "config.json";
+        ck.m_config = ModelConfig::parse(readText(cfgPath), cfgPath.string());
+    }
+
+    ck.m_weightsPath = weights.string();
+    if (endsWith(ck.m_weightsPath, ".json"))
+        ck.openIndex(ck.m_weightsPath);
+    else
+        ck.openSingle(ck.m_weightsPath);
+    return ck;
+}
+
+void Checkpoint::openSingle(const std::string& file)
+{
+    Shard s;
+    s.path = file;
+    s.format = endsWith(file, ".safetensors") ? WeightFormat::Safetensors : WeightFormat::TorchBin;
+    if (!endsWith(file, ".safetensors") && !endsWith(file, ".bin") && !endsWith(file, ".pt") && !endsWith(file, ".pth"))
+        throw InputError(file, "not a checkpoint file (expected .safetensors, .bin or an index .json)");
+    m_format = s.format;
+    s.map = std::make_shared<MappedFile>(file);
+    m_shards.push_back(s);
+    const auto& m = *m_shards.back().map;
+    if (s.format == WeightFormat::Safetensors)
+        addShardTensors(0, parseSafetensors(m.data(), m.size(), file).tensors);
+    else
+        addShardTensors(0, parseTorchBin(m.data(), m.size(), file));
+}
+
+void Checkpoint::openIndex(const std::string& indexPath)
+{
+    nlohmann::ordered_json index;
+    try {
+        index = nlohmann::ordered_json::parse(readText(indexPath));
+    } catch (const nlohmann::json::exception& e) {
+        throw InputError(indexPath, std::string("not valid JSON: ") + e.what());
+    }
+    auto wm = index.find("weight_map");
+    if (!index.is_object() || wm == index.end() || !wm->is_object())
+        throw InputError(indexPath, "index has no \"weight_map\" object");
+    m_format = endsWith(indexPath, ".bin.index.json") ? WeightFormat::TorchBin : WeightFormat::Safetensors;
+
+    // Shards in first-mention order; every name is checked before anything is opened.
+    std::vector<std::string> shardNames;
+    std::unordered_map<std::string, int> shardIndex;
+    std::vector<std::pair<std::string, int>> listed; // tensor -> shard
+    const fs::path folder = fs::path(indexPath).parent_path();
+    for (auto it = wm->begin(); it != wm->end(); ++it) {
+        if (!it.value().is_string())
+            throw InputError(indexPath, "weight_map entry for '" + it.key() + "' is not a file name");
+        std::string shard = it.value().get<std::string>();
+        if (!shardIndex.count(shard)) {
+            fs::path sp(shard);
+            if (shard.empty() || sp.is_absolute())
+                throw InputError(indexPath, "shard path '" + shard + "' must be relative to the checkpoint folder");
+            for (const auto& part : sp)
+                if (part == "..")
+                    throw InputError(indexPath, "shard path '" + shard + "' leads outside the checkpoint folder");
+            shardIndex[shard] = static_cast<int>(shardNames.size());
+            shardNames.push_back(shard);
+        }
+        listed.emplace_back(it.key(), shardIndex[shard]);
+    }
+
+    size_t present = 0;
+    for (const auto& name : shardNames)
+        if (fs::exists(folder / name))
+            ++present;
+    m_indexOnly = present == 0 && !shardNames.empty();
+
+    if (m_indexOnly) {
+        for (const auto& name : shardNames)
+            m_shards.push_back({(folder / name).string(), m_format, nullptr});
+        // Shapes and dtypes are filled in from the architecture registry.
+        for (const auto& [tensor, shard] : listed) {
+            TensorInfo t;
+            t.name = tensor;
+            t.shard = -1;
+            m_byName[t.name] = m_tensors.size();
+            m_tensors.push_back(std::move(t));
+        }
+        return;
+    }
+
+    for (size_t i = 0; i < shardNames.size(); ++i) {
+        fs::path sp = folder / shardNames[i];
+        if (!fs::exists(sp))
+            throw InputError(sp.string(), "shard is missing (listed in " + indexPath + " for tensor '" +
+                                              [&] {
+                                                  for (const auto& [t, s] : listed)
+                                                      if (s == static_cast<int>(i))
+                                                          return t;
+                                                  return std::string();
+                                              }() +
+                                              "')");
+        fs::path real = fs::canonical(sp);
+        if (!isInside(real, m_trustRoot))
+            throw InputError(sp.string(), "shard leads outside the checkpoint folder (to " + real.string() + ")");
+        Shard s{sp.string(), endsWith(shardNames[i], ".safetensors") ? WeightFormat::Safetensors : WeightFormat::TorchBin,
+                std::make_shared<MappedFile>(real.string())};
+        m_shards.push_back(s);
+        const auto& m = *s.map;
+        addShardTensors(static_cast<int>(i), s.format == WeightFormat::Safetensors
+                                                 ? parseSafetensors(m.data(), m.size(), s.path).tensors
+                                                 : parseTorchBin(m.data(), m.size(), s.path));
+    }
+    for (const auto& [tensor, shard] : listed) {
+        auto it = m_byName.find(tensor);
+        if (it == m_byName.end())
+            throw InputError(m_shards[static_cast<size_t>(shard)].path,
+                             "tensor '" + tensor + "' is listed in " + indexPath + " but absent from this shard");
+        if (m_tensors[it->second].shard != shard)
+            throw InputError(indexPath, "tensor '" + tensor + "' is listed in " + shardNames[static_cast<size_t>(shard)] +
+                                            " but stored in " +
+                                            shardNames[static_cast<size_t>(m_tensors[it->second].shard)]);
+    }
+    if (m_tensors.size() != listed.size())
+        m_warnings.push_back(std::to_string(m_tensors.size() - listed.size()) +
+                             " tensors in the shards are not listed in " + indexPath);
+}
+
+void Checkpoint::addShardTensors(int shard, std::vector<TensorInfo> tensors)
+{
+    for (auto& t : tensors) {
+        t.shard = shard;
+        if (m_byName.count(t.name))
+            throw InputError(m_shards[static_cast<size_t>(shard)].path, "tensor '" + t.name + "' is stored twice");
+        m_byName[t.name] = m_tensors.size();
+        m_tensors.push_back(std::move(t));
+    }
+}
+
+const TensorInfo* Checkpoint::find(const std::string& name) const
+{
+    auto it = m_byName.find(name);
+    return it == m_byName.end() ? nullptr : &m_tensors[it->second];
+}
+
+const uint8_t* Checkpoint::data(const TensorInfo& t) const
+{
+    if (t.shard < 0 || !m_shards[static_cast<size_t>(t.shard)].map)
+        return nullptr;
+    return m_shards[static_cast<size_t>(t.shard)].map->data() + t.offset;
+}
+
+std::optional<std::string> Checkpoint::readSideFile(const std::string& name) const
+{
+    fs::path p = fs::path(m_folder) / name;
+    std::error_code ec;
+    if (!fs::exists(p, ec))
+        return std::nullopt;
+    fs::path real = fs::canonical(p, ec);
+    if (ec || !isInside(real, m_trustRoot))
+        throw InputError(p.string(), "leads outside the checkpoint folder");
+    return readText(real);
+}
+
+} // namespace stowage

@@ -1,0 +1,81 @@
+#include "stowage/config.h"
+
+#include "stowage/error.h"
+
+namespace stowage {
+
+ModelConfig ModelConfig::parse(const std::string& text, const std::string& path)
+{
+    ModelConfig c;
+    c.m_path = path;
+    try {
+        c.m_raw = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::exception& e) {
+        throw InputError(path, std::string("not valid JSON: ") + e.what());
+    }
+    if (!c.m_raw.is_object())
+        throw InputError(path, "not a JSON object");
+    c.m_modelType = c.stringOr("model_type", "");
+    if (auto a = c.m_raw.find("architectures"); a != c.m_raw.end() && a->is_array())
+        for (const auto& s : *a)
+            if (s.is_string())
+                c.m_architectures.push_back(s.get<std::string>());
+    for (const char* key : {"torch_dtype", "dtype"}) {
+        auto it = c.m_raw.find(key);
+        if (it != c.m_raw.end() && it->is_string())
+            if (auto d = dtypeFromTorchName(it->get<std::string>())) {
+                c.m_dtype = d;
+                break;
+            }
+    }
+    return c;
+}
+
+bool ModelConfig::has(const std::string& key) const
+{
+    auto it = m_raw.find(key);
+    return it != m_raw.end() && !it->is_null();
+}
+
+int64_t ModelConfig::integer(const std::string& key, std::optional<int64_t> def) const
+{
+    auto it = m_raw.find(key);
+    if (it == m_raw.end() || it->is_null()) {
+        if (def)
+            return *def;
+        throw InputError(m_path, "missing '" + key + "'");
+    }
+    if (!it->is_number_integer())
+        throw InputError(m_path, "'" + key + "' is not an integer");
+    return it->get<int64_t>();
+}
+
+double ModelConfig::number(const std::string& key, double def) const
+{
+    auto it = m_raw.find(key);
+    if (it == m_raw.end() || it->is_null())
+        return def;
+    if (!it->is_number())
+        throw InputError(m_path, "'" + key + "' is not a number");
+    return it->get<double>();
+}
+
+bool ModelConfig::boolOr(const std::string& key, bool def) const
+{
+    auto it = m_raw.find(key);
+    if (it == m_raw.end() || it->is_null())
+        return def;
+    if (!it->is_boolean())
+        throw InputError(m_path, "'" + key + "' is not true or false");
+    return it->get<bool>();
+}
+
+std::string ModelConfig::stringOr(const std::string& key, const std::string& def) const
+{
+    auto it = m_raw.find(key);
+    if (it == m_raw.end() || !it->is_string())
+        return def;
+    return it->get<std::string>();
+}
+
+} // namespace stowage

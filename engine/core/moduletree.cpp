@@ -1,0 +1,160 @@
+#include "stowage/moduletree.h"
+
+#include <algorithm>
+#include <functional>
+
+namespace stowage {
+
+uint64_t Param::numel() const
+{
+    uint64_t n = 1;
+    for (int64_t d : shape)
+        n *= static_cast<uint64_t>(d);
+    return n;
+}
+
+ModuleTree::ModuleTree()
+{
+    Module root;
+    root.className = "Module";
+    m_modules.push_back(root);
+    m_moduleIndex[""] = 0;
+}
+
+int ModuleTree::find(const std::string& moduleName) const
+{
+    auto it = m_moduleIndex.find(moduleName);
+    return it == m_moduleIndex.end() ? -1 : it->second;
+}
+
+int ModuleTree::findParam(const std::string& paramName) const
+{
+    auto it = m_paramIndex.find(paramName);
+    return it == m_paramIndex.end() ? -1 : it->second;
+}
+
+int ModuleTree::addModule(int parent, const std::string& localName, const std::string& className)
+{
+    if (parent < 0) { // naming the root
+        m_modules[0].className = className;
+        return 0;
+    }
+    Module m;
+    const std::string& pn = m_modules[static_cast<size_t>(parent)].name;
+    m.name = pn.empty() ? localName : pn + "." + localName;
+    m.className = className;
+    m.parent = parent;
+    m.depth = m_modules[static_cast<size_t>(parent)].depth + 1;
+    int idx = static_cast<int>(m_modules.size());
+    m_modules[static_cast<size_t>(parent)].children.push_back(idx);
+    m_moduleIndex[m.name] = idx;
+    m_modules.push_back(std::move(m));
+    return idx;
+}
+
+int ModuleTree::addParam(int module, const std::string& localName, std::vector<int64_t> shape, DType dtype)
+{
+    Param p;
+    const std::string& mn = m_modules[static_cast<size_t>(module)].name;
+    p.name = mn.empty() ? localName : mn + "." + localName;
+    p.shape = std::move(shape);
+    p.stored = dtype;
+    int idx = static_cast<int>(m_params.size());
+    m_modules[static_cast<size_t>(module)].params.push_back(idx);
+    m_paramIndex[p.name] = idx;
+    m_params.push_back(std::move(p));
+    return idx;
+}
+
+void ModuleTree::tie(const std::string& duplicate, const std::string& original)
+{
+    int d = findParam(duplicate);
+    if (d < 0 || findParam(original) < 0)
+        return;
+    m_params[static_cast<size_t>(d)].duplicate = true;
+    m_params[static_cast<size_t>(d)].tiedTo = original;
+    std::vector<std::string> group{duplicate, original};
+    std::sort(group.begin(), group.end());
+    m_tied.push_back(group);
+}
+
+uint64_t ModuleTree::paramBytes(const Param& p) const
+{
+    if (p.duplicate)
+        return 0;
+    // transformers builds the meta model in the target dtype, so a floating
+    // parameter's "own" dtype there is the target itself.
+    DType own = (m_dtype && dtypeIsFloating(p.stored)) ? *m_dtype : p.stored;
+    return bytesUnderDType(own, p.numel(), m_dtype);
+}
+
+void ModuleTree::finish(std::optional<DType> dtype)
+{
+    // Re-linearise in pre-order so that modules()[i..end) is i's subtree and
+    // params() is named_parameters() order, whatever order building used.
+    std::vector<int> order;
+    order.reserve(m_modules.size());
+    std::function<void(int)> visit = [&](int i) {
+        order.push_back(i);
+        for (int c : m_modules[static_cast<size_t>(i)].children)
+            visit(c);
+    };
+    visit(0);
+    std::vector<int> newIndex(m_modules.size(), -1);
+    for (size_t k = 0; k < order.size(); ++k)
+        newIndex[static_cast<size_t>(order[k])] = static_cast<int>(k);
+    std::vector<Module> modules;
+    std::vector<Param> params;
+    modules.reserve(order.size());
+    for (int old : order) {
+        Module m = m_modules[static_cast<size_t>(old)];
+        if (m.parent >= 0)
+            m.parent = newIndex[static_cast<size_t>(m.parent)];
+        for (int& c : m.children)
+            c = newIndex[static_cast<size_t>(c)];
+        std::vector<int> ps;
+        for (int p : m.params) {
+            ps.push_back(static_cast<int>(params.size()));
+            params.push_back(m_params[static_cast<size_t>(p)]);
+        }
+        m.params = ps;
+        modules.push_back(std::move(m));
+    }
+    m_modules = std::move(modules);
+    m_params = std::move(params);
+    m_moduleIndex.clear();
+    m_paramIndex.clear();
+    for (size_t i = 0; i < m_modules.size(); ++i)
+        m_moduleIndex[m_modules[i].name] = static_cast<int>(i);
+    for (size_t i = 0; i < m_params.size(); ++i)
+        m_paramIndex[m_params[i].name] = static_cast<int>(i);
+    setDType(dtype);
+}
+
+void ModuleTree::setDType(std::optional<DType> dtype)
+{
+    m_dtype = dtype;
+    for (auto& m : m_modules) {
+        m.bytes = 0;
+        m.paramCount = 0;
+    }
+    // Pre-order: walking backwards, each module is complete before its parent.
+    for (size_t i = m_modules.size(); i-- > 0;) {
+        Module& m = m_modules[i];
+        for (int p : m.params) {
+            const Param& prm = m_params[static_cast<size_t>(p)];
+            m.bytes += paramBytes(prm);
+            if (!prm.duplicate)
+                m.paramCount += prm.numel();
+        }
+        int end = static_cast<int>(i) + 1;
+        for (int c : m.children) {
+            m.bytes += m_modules[static_cast<size_t>(c)].bytes;
+            m.paramCount += m_modules[static_cast<size_t>(c)].paramCount;
+            end = std::max(end, m_modules[static_cast<size_t>(c)].end);
+        }
+        m.end = end;
+    }
+}
+
+} // namespace stowage

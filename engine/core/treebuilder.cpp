@@ -1,0 +1,166 @@
+// Matching a checkpoint's tensors to a module tree: the registry skeleton for
+// known families, a tree inferred from names otherwise.
+#include "arch/registry.h"
+#include "stowage/checkpoint.h"
+#include "stowage/error.h"
+#include "stowage/moduletree.h"
+
+#include <algorithm>
+#include <map>
+#include <sstream>
+
+namespace stowage {
+namespace {
+
+std::string shapeText(const std::vector<int64_t>& s)
+{
+    std::ostringstream o;
+    o << '[';
+    for (size_t i = 0; i < s.size(); ++i)
+        o << (i ? ", " : "") << s[i];
+    o << ']';
+    return o.str();
+}
+
+bool isNumber(const std::string& s)
+{
+    return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+bool endsWith(const std::string& s, const std::string& suffix)
+{
+    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::vector<std::string> splitName(const std::string& name)
+{
+    std::vector<std::string> parts;
+    std::stringstream ss(name);
+    std::string part;
+    while (std::getline(ss, part, '.'))
+        parts.push_back(part);
+    return parts;
+}
+
+} // namespace
+
+DType checkpointDType(const Checkpoint& ck)
+{
+    if (ck.config() && ck.config()->dtype())
+        return *ck.config()->dtype();
+    std::map<DType, uint64_t> bytes;
+    for (const auto& t : ck.tensors())
+        if (t.shard >= 0 && dtypeIsFloating(t.dtype))
+            bytes[t.dtype] += t.nbytes;
+    DType best = DType::F32;
+    uint64_t most = 0;
+    for (const auto& [d, b] : bytes)
+        if (b > most) {
+            best = d;
+            most = b;
+        }
+    return best;
+}
+
+ModuleTree buildModuleTree(const Checkpoint& ck, std::optional<DType> dtype)
+{
+    const DType target = dtype ? *dtype : checkpointDType(ck);
+    const auto& cfg = ck.config();
+    std::optional<arch::Skeleton> skel;
+    if (cfg)
+        skel = arch::buildSkeleton(*cfg, target);
+
+    if (!skel) {
+        if (ck.indexOnly()) {
+            std::string known;
+            for (const auto& k : arch::knownModelTypes())
+                known += (known.empty() ? "" : ", ") + k;
+            throw InputError(cfg ? cfg->path() : ck.weightsPath(),
+                             "model_type '" + (cfg ? cfg->modelType() : std::string()) +
+                                 "' is not a known family (" + known +
+                                 ") and no shard is downloaded: shard headers are needed to plan it");
+        }
+        // Unknown family: modules from dotted names in file order; the
+        // numbered children of a module form a list, and they are the layers.
+        ModuleTree t;
+        t.setModelType(cfg ? cfg->modelType() : "", false);
+        t.addModule(-1, "", cfg && !cfg->architectures().empty() ? cfg->architectures()[0] : "Model");
+        bool anyLayer = false;
+        for (size_t i = 0; i < ck.tensors().size(); ++i) {
+            const TensorInfo& ti = ck.tensors()[i];
+            auto parts = splitName(ti.name);
+            int parent = 0;
+            std::string name;
+            for (size_t k = 0; k + 1 < parts.size(); ++k) {
+                name += (k ? "." : "") + parts[k];
+                int m = t.find(name);
+                if (m < 0) {
+                    bool numbered = isNumber(parts[k]);
+                    anyLayer = anyLayer || numbered;
+                    m = t.addModule(parent, parts[k], numbered ? "Layer" : "Module");
+                    if (numbered)
+                        t.m_modules[static_cast<size_t>(parent)].className = "ModuleList";
+                }
+                parent = m;
+            }
+            int p = t.addParam(parent, parts.back(), ti.shape, ti.dtype);
+            t.m_params[static_cast<size_t>(p)].tensor = static_cast<int>(i);
+        }
+        // Files list "h.10" before "h.2"; a ModuleList holds them by number.
+        for (auto& m : t.m_modules) {
+            if (m.className != "ModuleList")
+                continue;
+            std::stable_sort(m.children.begin(), m.children.end(), [&](int a, int b) {
+                auto num = [&](int i) {
+                    const std::string& n = t.m_modules[static_cast<size_t>(i)].name;
+                    std::string last = n.substr(n.rfind('.') + 1);
+                    return isNumber(last) ? std::stoll(last) : -1LL;
+                };
+                return num(a) < num(b);
+            });
+        }
+        if (anyLayer)
+            t.setNoSplit({"Layer"});
+        t.finish(target);
+        return t;
+    }
+
+    ModuleTree& t = skel->tree;
+    const std::string prefix = skel->basePrefix + ".";
+    std::vector<bool> used(ck.tensors().size(), false);
+    const std::string& file = ck.weightsPath();
+    for (size_t pi = 0; pi < t.params().size(); ++pi) {
+        Param& p = t.m_params[pi];
+        const TensorInfo* ti = ck.find(p.name);
+        if (!ti && p.name.rfind(prefix, 0) == 0)
+            ti = ck.find(p.name.substr(prefix.size()));
+        if (!ti) {
+            if (!p.duplicate)
+                t.m_missing.push_back(p.name);
+            continue;
+        }
+        size_t idx = static_cast<size_t>(ti - ck.tensors().data());
+        used[idx] = true;
+        p.tensor = static_cast<int>(idx);
+        if (ck.indexOnly())
+            continue; // shape and dtype stay as config.json implies
+        if (ti->shape != p.shape)
+            throw InputError(ti->shard >= 0 ? ck.shards()[static_cast<size_t>(ti->shard)].path : file,
+                             "tensor '" + ti->name + "' has shape " + shapeText(ti->shape) + " but config.json implies " +
+                                 shapeText(p.shape));
+        p.stored = ti->dtype;
+    }
+    for (size_t i = 0; i < used.size(); ++i) {
+        if (used[i])
+            continue;
+        const std::string& name = ck.tensors()[i].name;
+        bool ignored = std::any_of(skel->ignoredSuffixes.begin(), skel->ignoredSuffixes.end(),
+                                   [&](const std::string& s) { return endsWith(name, s); });
+        if (!ignored)
+            t.m_unexpected.push_back(name);
+    }
+    t.finish(target);
+    return std::move(skel->tree);
+}
+
+} // namespace stowage

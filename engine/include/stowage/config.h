@@ -1,0 +1,45 @@
+#pragma once
+// config.json of a Hugging Face checkpoint, with typed accessors for the
+// fields the architectures read.
+#include "stowage/dtype.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace stowage {
+
+class ModelConfig {
+public:
+    ModelConfig() = default;
+    // Throws InputError naming `path` when the text is not a JSON object.
+    static ModelConfig parse(const std::string& text, const std::string& path);
+
+    const std::string& path() const { return m_path; }
+    const std::string& modelType() const { return m_modelType; }
+    const std::vector<std::string>& architectures() const { return m_architectures; }
+    // `torch_dtype` (or `dtype` in newer transformers) when it names a real type.
+    std::optional<DType> dtype() const { return m_dtype; }
+    bool tieWordEmbeddings() const { return boolOr("tie_word_embeddings", true); }
+
+    bool has(const std::string& key) const;
+    // Integer field; throws InputError when present but not an integer, or
+    // absent and `def` is not given.
+    int64_t integer(const std::string& key, std::optional<int64_t> def = std::nullopt) const;
+    double number(const std::string& key, double def) const;
+    bool boolOr(const std::string& key, bool def) const;
+    std::string stringOr(const std::string& key, const std::string& def) const;
+    const nlohmann::json& raw() const { return m_raw; }
+
+private:
+    std::string m_path;
+    nlohmann::json m_raw = nlohmann::json::object();
+    std::string m_modelType;
+    std::vector<std::string> m_architectures;
+    std::optional<DType> m_dtype;
+};
+
+} // namespace stowage

@@ -1,0 +1,107 @@
+#pragma once
+// The meta-device skeleton of a model: every module with its class, its
+// children in definition order and its parameters, as transformers builds it.
+#include "stowage/dtype.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace stowage {
+
+class Checkpoint;
+
+struct Param {
+    std::string name;      // full dotted name, e.g. "transformer.h.0.attn.c_attn.weight"
+    std::vector<int64_t> shape;
+    DType stored = DType::F32; // dtype in the checkpoint (or config dtype when not downloaded)
+    int tensor = -1;       // index into Checkpoint::tensors(), -1 when the checkpoint lacks it
+    // A tied parameter that named_parameters() would not list again: it shares
+    // storage with `tiedTo`, weighs nothing here and is placed with it.
+    bool duplicate = false;
+    std::string tiedTo;
+    uint64_t numel() const;
+};
+
+struct Module {
+    std::string name;      // full dotted name, "" for the root
+    std::string className; // e.g. "GPT2Block"
+    int parent = -1;
+    int depth = 0;
+    std::vector<int> children; // definition order
+    std::vector<int> params;   // direct parameters, registration order
+    int end = 0;               // one past the last module of this subtree (pre-order)
+    uint64_t bytes = 0;        // subtree bytes under the tree's dtype, tied params once
+    uint64_t paramCount = 0;   // subtree numel, tied params once
+};
+
+class ModuleTree {
+public:
+    // Modules in pre-order (definition order); modules()[0] is the root.
+    const std::vector<Module>& modules() const { return m_modules; }
+    // Parameters in named_parameters() order (pre-order, direct ones first).
+    const std::vector<Param>& params() const { return m_params; }
+    const Module& root() const { return m_modules[0]; }
+    int find(const std::string& moduleName) const;
+    int findParam(const std::string& paramName) const;
+
+    const std::string& modelType() const { return m_modelType; }
+    bool knownArchitecture() const { return m_known; }
+    // Groups of parameter names sharing storage, each sorted, as Accelerate's find_tied_parameters.
+    const std::vector<std::vector<std::string>>& tiedGroups() const { return m_tied; }
+    const std::vector<std::string>& noSplitClasses() const { return m_noSplit; }
+    // The dtype sizes were computed under (nullopt: each tensor's own).
+    std::optional<DType> dtype() const { return m_dtype; }
+    // Bytes of one parameter under the tree's dtype (0 for a tied duplicate).
+    uint64_t paramBytes(const Param& p) const;
+    // Recomputes every module's bytes for another dtype.
+    void setDType(std::optional<DType> dtype);
+
+    // Checkpoint tensors the tree has no place for (old GPT-2 attention masks
+    // are dropped silently, as transformers does), and tree parameters the
+    // checkpoint lacks (transformers would initialise them randomly).
+    const std::vector<std::string>& unexpected() const { return m_unexpected; }
+    const std::vector<std::string>& missing() const { return m_missing; }
+
+    // --- building (used by the architecture registry and the name-based builder)
+    ModuleTree();
+    int addModule(int parent, const std::string& localName, const std::string& className);
+    int addParam(int module, const std::string& localName, std::vector<int64_t> shape, DType dtype);
+    void tie(const std::string& duplicate, const std::string& original);
+    void setNoSplit(std::vector<std::string> classes) { m_noSplit = std::move(classes); }
+    void setModelType(std::string t, bool known)
+    {
+        m_modelType = std::move(t);
+        m_known = known;
+    }
+    // Fixes pre-order, subtree ends and sizes; call after building.
+    void finish(std::optional<DType> dtype);
+
+private:
+    friend ModuleTree buildModuleTree(const Checkpoint&, std::optional<DType>);
+    std::vector<Module> m_modules;
+    std::vector<Param> m_params;
+    std::unordered_map<std::string, int> m_moduleIndex;
+    std::unordered_map<std::string, int> m_paramIndex;
+    std::vector<std::vector<std::string>> m_tied;
+    std::vector<std::string> m_noSplit;
+    std::vector<std::string> m_unexpected;
+    std::vector<std::string> m_missing;
+    std::string m_modelType;
+    bool m_known = false;
+    std::optional<DType> m_dtype;
+};
+
+// The tree for a checkpoint: from the architecture registry when model_type is
+// known (shapes checked against the files, or taken from config.json in
+// index-only mode), else from the tensor names. `dtype` nullopt means the
+// checkpoint's own dtype (config torch_dtype, else as stored).
+ModuleTree buildModuleTree(const Checkpoint& checkpoint, std::optional<DType> dtype);
+
+// The dtype a checkpoint is "in": config.json's torch_dtype, else the most
+// common floating dtype among its tensors, else float32.
+DType checkpointDType(const Checkpoint& checkpoint);
+
+} // namespace stowage

@@ -1,0 +1,175 @@
+#include "fixtures.h"
+
+#include "stowage/safetensorswriter.h"
+
+#include <QFile>
+#include <QProcess>
+
+#include <cstdio>
+#include <fstream>
+#include <stdexcept>
+#include <unistd.h>
+
+namespace fixtures {
+
+using stowage::DType;
+
+std::vector<Tensor> gpt2Tensors(const Gpt2Shape& s, DType dt, const std::string& prefix, bool maskBuffers)
+{
+    std::vector<Tensor> t;
+    t.push_back({prefix + "wte.weight", dt, {s.vocab, s.embd}});
+    t.push_back({prefix + "wpe.weight", dt, {s.positions, s.embd}});
+    for (int64_t i = 0; i < s.layers; ++i) {
+        std::string p = prefix + "h." + std::to_string(i) + ".";
+        t.push_back({p + "ln_1.weight", dt, {s.embd}});
+        t.push_back({p + "ln_1.bias", dt, {s.embd}});
+        if (maskBuffers) {
+            t.push_back({p + "attn.bias", DType::F32, {1, 1, s.positions, s.positions}});
+            t.push_back({p + "attn.masked_bias", DType::F32, {}});
+        }
+        t.push_back({p + "attn.c_attn.weight", dt, {s.embd, 3 * s.embd}});
+        t.push_back({p + "attn.c_attn.bias", dt, {3 * s.embd}});
+        t.push_back({p + "attn.c_proj.weight", dt, {s.embd, s.embd}});
+        t.push_back({p + "attn.c_proj.bias", dt, {s.embd}});
+        t.push_back({p + "ln_2.weight", dt, {s.embd}});
+        t.push_back({p + "ln_2.bias", dt, {s.embd}});
+        t.push_back({p + "mlp.c_fc.weight", dt, {s.embd, 4 * s.embd}});
+        t.push_back({p + "mlp.c_fc.bias", dt, {4 * s.embd}});
+        t.push_back({p + "mlp.c_proj.weight", dt, {4 * s.embd, s.embd}});
+        t.push_back({p + "mlp.c_proj.bias", dt, {s.embd}});
+    }
+    t.push_back({prefix + "ln_f.weight", dt, {s.embd}});
+    t.push_back({prefix + "ln_f.bias", dt, {s.embd}});
+    return t;
+}
+
+nlohmann::json gpt2Config(const Gpt2Shape& s, DType dt)
+{
+    return {{"architectures", {"GPT2LMHeadModel"}}, {"model_type", "gpt2"}, {"vocab_size", s.vocab},
+            {"n_positions", s.positions}, {"n_embd", s.embd}, {"n_layer", s.layers}, {"n_head", 12},
+            {"activation_function", "gelu_new"}, {"torch_dtype", stowage::dtypeTorchName(dt)}};
+}
+
+std::vector<Tensor> llamaTensors(const LlamaShape& s, DType dt)
+{
+    const int64_t headDim = s.hidden / s.heads;
+    std::vector<Tensor> t;
+    t.push_back({"model.embed_tokens.weight", dt, {s.vocab, s.hidden}});
+    for (int64_t i = 0; i < s.layers; ++i) {
+        std::string p = "model.layers." + std::to_string(i) + ".";
+        t.push_back({p + "input_layernorm.weight", dt, {s.hidden}});
+        t.push_back({p + "mlp.down_proj.weight", dt, {s.hidden, s.intermediate}});
+        t.push_back({p + "mlp.gate_proj.weight", dt, {s.intermediate, s.hidden}});
+        t.push_back({p + "mlp.up_proj.weight", dt, {s.intermediate, s.hidden}});
+        t.push_back({p + "post_attention_layernorm.weight", dt, {s.hidden}});
+        t.push_back({p + "self_attn.k_proj.weight", dt, {s.kvHeads * headDim, s.hidden}});
+        t.push_back({p + "self_attn.o_proj.weight", dt, {s.hidden, s.heads * headDim}});
+        t.push_back({p + "self_attn.q_proj.weight", dt, {s.heads * headDim, s.hidden}});
+        t.push_back({p + "self_attn.v_proj.weight", dt, {s.kvHeads * headDim, s.hidden}});
+    }
+    t.push_back({"model.norm.weight", dt, {s.hidden}});
+    if (!s.tied)
+        t.push_back({"lm_head.weight", dt, {s.vocab, s.hidden}});
+    return t;
+}
+
+nlohmann::json llamaConfig(const LlamaShape& s, DType dt)
+{
+    return {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"vocab_size", s.vocab},
+            {"hidden_size", s.hidden}, {"intermediate_size", s.intermediate}, {"num_hidden_layers", s.layers},
+            {"num_attention_heads", s.heads}, {"num_key_value_heads", s.kvHeads}, {"tie_word_embeddings", s.tied},
+            {"rms_norm_eps", 1e-5}, {"rope_theta", 500000.0}, {"torch_dtype", stowage::dtypeTorchName(dt)}};
+}
+
+void writeSafetensorsFile(const std::string& path, const std::vector<Tensor>& tensors, bool sparse)
+{
+    std::vector<stowage::TensorBlob> blobs;
+    uint64_t dataBytes = 0;
+    uint32_t state = 12345;
+    for (const auto& t : tensors) {
+        stowage::TensorBlob b{t.name, t.dtype, t.shape, {}};
+        uint64_t n = 1;
+        for (auto d : t.shape)
+            n *= static_cast<uint64_t>(d);
+        uint64_t bytes = n * static_cast<uint64_t>(stowage::dtypeSize(t.dtype));
+        dataBytes += bytes;
+        if (!sparse) {
+            b.bytes.resize(bytes);
+            for (auto& x : b.bytes) {
+                state = state * 1664525u + 1013904223u;
+                x = static_cast<uint8_t>(state >> 24);
+            }
+        } else {
+            b.bytes.resize(bytes); // only used for its size below
+        }
+        blobs.push_back(std::move(b));
+    }
+    if (!sparse) {
+        stowage::writeSafetensors(path, blobs);
+        return;
+    }
+    auto header = stowage::safetensorsHeader(blobs, {});
+    FILE* f = std::fopen(path.c_str(), "wb");
+    if (!f)
+        throw std::runtime_error("cannot write " + path);
+    std::fwrite(header.data(), 1, header.size(), f);
+    std::fclose(f);
+    if (::truncate(path.c_str(), static_cast<off_t>(header.size() + dataBytes)) != 0)
+        throw std::runtime_error("cannot extend " + path);
+}
+
+void writeSharded(const std::string& dir, const std::vector<Tensor>& tensors, int shards, bool sparse, bool writeShards)
+{
+    nlohmann::ordered_json index;
+    uint64_t total = 0;
+    auto& wm = index["weight_map"] = nlohmann::ordered_json::object();
+    size_t per = (tensors.size() + static_cast<size_t>(shards) - 1) / static_cast<size_t>(shards);
+    for (int s = 0; s < shards; ++s) {
+        char name[64];
+        std::snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", s + 1, shards);
+        std::vector<Tensor> part(tensors.begin() + static_cast<long>(std::min(tensors.size(), s * per)),
+                                 tensors.begin() + static_cast<long>(std::min(tensors.size(), (s + 1) * per)));
+        for (const auto& t : part) {
+            wm[t.name] = name;
+            uint64_t n = 1;
+            for (auto d : t.shape)
+                n *= static_cast<uint64_t>(d);
+            total += n * static_cast<uint64_t>(stowage::dtypeSize(t.dtype));
+        }
+        if (writeShards)
+            writeSafetensorsFile(dir + "/" + name, part, sparse);
+    }
+    nlohmann::ordered_json out;
+    out["metadata"] = {{"total_size", total}};
+    out["weight_map"] = wm;
+    std::ofstream(dir + "/model.safetensors.index.json") << out.dump(2);
+}
+
+void writeJson(const std::string& path, const nlohmann::json& j) { std::ofstream(path) << j.dump(2); }
+
+void writeBytes(const std::string& path, const QByteArray& bytes)
+{
+    QFile f(QString::fromStdString(path));
+    if (!f.open(QIODevice::WriteOnly))
+        throw std::runtime_error("cannot write " + path);
+    f.write(bytes);
+}
+
+CliResult runCli(const QStringList& args, int timeoutMs)
+{
+    QProcess p;
+    p.start(QStringLiteral(STOWAGE_CLI), args);
+    CliResult r;
+    if (!p.waitForFinished(timeoutMs)) {
+        p.kill();
+        p.waitForFinished();
+        r.exitCode = -2;
+    } else {
+        r.exitCode = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -3;
+    }
+    r.out = p.readAllStandardOutput();
+    r.err = p.readAllStandardError();
+    return r;
+}
+
+} // namespace fixtures

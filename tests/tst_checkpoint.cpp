@@ -42,148 +42,162 @@ class TestCheckpoint : public QObject {
     }
 
 private slots:
-    void singleFileFolder()
-    {
-        auto d = dir("single");
-        fixtures::writeSafetensorsFile(d + "/model.safetensors", small(), false);
-        fixtures::writeJson(d + "/config.json", fixtures::gpt2Config({97, 16, 8, 2}, DType::F32));
-        Checkpoint ck = Checkpoint::open(d);
-        QCOMPARE(ck.tensors().size(), small().size());
-        QVERIFY(ck.config());
-        QCOMPARE(ck.config()->modelType(), std::string("gpt2"));
-        const TensorInfo* t = ck.find("transformer.wte.weight");
-        QVERIFY(t);
-        QCOMPARE(t->shape, (std::vector<int64_t>{97, 8}));
-        // Zero-copy: the data pointer lies inside the shard's mapping.
-        const auto& m = *ck.shards()[0].map;
-        QVERIFY(ck.data(*t) >= m.data() && ck.data(*t) + t->nbytes <= m.data() + m.size());
-        // Opening the file itself finds the same config beside it.
-        QCOMPARE(Checkpoint::open(d + "/model.safetensors").config()->modelType(), std::string("gpt2"));
-    }
-    void shardedWithIndex()
-    {
-        auto d = dir("sharded");
-        fixtures::writeSharded(d, small(), 3, false);
-        Checkpoint ck = Checkpoint::open(d);
-        QCOMPARE(ck.shards().size(), size_t(3));
-        QCOMPARE(ck.tensors().size(), small().size());
-        QVERIFY(!ck.indexOnly());
-        QCOMPARE(Checkpoint::open(d + "/model.safetensors.index.json").tensors().size(), small().size());
-    }
-    void missingShardNamesShardAndTensor()
-    {
-        auto d = dir("missingshard");
-        fixtures::writeSharded(d, small(), 2, false);
-        fs::remove(d + "/model-00002-of-00002.safetensors");
-        QString e = errorOf(d);
-        QVERIFY2(e.contains("model-00002-of-00002.safetensors: shard is missing") && e.contains("for tensor '"),
-                 qPrintable(e));
-    }
-    void tensorListedButAbsent()
-    {
-        auto d = dir("absent");
-        fixtures::writeSharded(d, small(), 1, false);
-        auto index = nlohmann::json::parse(std::ifstream(d + "/model.safetensors.index.json"));
-        index["weight_map"]["transformer.ghost.weight"] = "model-00001-of-00001.safetensors";
-        fixtures::writeJson(d + "/model.safetensors.index.json", index);
-        QString e = errorOf(d);
-        QVERIFY2(e.contains("model-00001-of-00001.safetensors: tensor 'transformer.ghost.weight' is listed in"),
-                 qPrintable(e));
-    }
-    void rejectsAbsoluteAndParentShardPaths()
-    {
-        auto d = dir("traversal");
-        fixtures::writeJson(d + "/model.safetensors.index.json",
-                            {{"weight_map", {{"a", "/etc/passwd"}}}});
-        QVERIFY(errorOf(d).contains("must be relative to the checkpoint folder"));
-        fixtures::writeJson(d + "/model.safetensors.index.json",
-                            {{"weight_map", {{"a", "../outside.safetensors"}}}});
-        QVERIFY(errorOf(d).contains("leads outside the checkpoint folder"));
-    }
-    void rejectsSymlinkLeadingOut()
-    {
-        auto outside = dir("outside");
-        fixtures::writeSafetensorsFile(outside + "/secret.safetensors", small(), false);
-        auto d = dir("symlinked");
-        fixtures::writeSharded(d, small(), 1, false);
-        fs::remove(d + "/model-00001-of-00001.safetensors");
-        fs::create_symlink(outside + "/secret.safetensors", d + "/model-00001-of-00001.safetensors");
-        QString e = errorOf(d);
-        QVERIFY2(e.contains("shard leads outside the checkpoint folder"), qPrintable(e));
-    }
-    void hubCacheResolvesRefsMain()
-    {
-        // models--org--name/{blobs, refs/main, snapshots/<hash>/file -> ../../blobs/<sha>}
-        auto entry = dir("hub/models--org--tiny");
-        fs::create_directories(entry + "/blobs");
-        fs::create_directories(entry + "/refs");
-        fs::create_directories(entry + "/snapshots/aaa111");
-        fs::create_directories(entry + "/snapshots/bbb222");
-        fixtures::writeSafetensorsFile(entry + "/blobs/deadbeef", small(), false);
-        fixtures::writeJson(entry + "/blobs/cafe", fixtures::gpt2Config({97, 16, 8, 2}, DType::F32));
-        for (auto snap : {"aaa111", "bbb222"}) {
-            fs::create_symlink("../../blobs/deadbeef", entry + "/snapshots/" + snap + "/model.safetensors");
-            fs::create_symlink("../../blobs/cafe", entry + "/snapshots/" + snap + "/config.json");
-        }
-        std::ofstream(entry + "/refs/main") << "aaa111";
-        Checkpoint ck = Checkpoint::open(entry);
-        QVERIFY(ck.folder().find("snapshots/aaa111") != std::string::npos);
-        QCOMPARE(ck.config()->modelType(), std::string("gpt2"));
-        QCOMPARE(ck.tensors().size(), small().size());
-        // The snapshot folder itself also works, with the blobs trusted.
-        QCOMPARE(Checkpoint::open(entry + "/snapshots/bbb222").tensors().size(), small().size());
-        std::ofstream(entry + "/refs/main") << "ccc333";
-        QVERIFY(errorOf(entry).contains("names snapshot 'ccc333'"));
-    }
-    void indexOnlyMode()
-    {
-        auto d = dir("indexonly");
-        fixtures::writeSharded(d, small(), 2, false, /*writeShards=*/false);
-        fixtures::writeJson(d + "/config.json", fixtures::gpt2Config({97, 16, 8, 2}, DType::F32));
-        Checkpoint ck = Checkpoint::open(d);
-        QVERIFY(ck.indexOnly());
-        QCOMPARE(ck.tensors().size(), small().size());
-        QVERIFY(ck.data(ck.tensors()[0]) == nullptr);
-    }
-    void folderWithoutWeights()
-    {
-        auto d = dir("empty");
-        fixtures::writeJson(d + "/config.json", fixtures::gpt2Config({97, 16, 8, 2}, DType::F32));
-        QVERIFY(errorOf(d).contains("no weights found"));
-    }
-    void badConfigJson()
-    {
-        auto d = dir("badconfig");
-        fixtures::writeSafetensorsFile(d + "/model.safetensors", small(), false);
-        fixtures::writeBytes(d + "/config.json", "{not json");
-        QVERIFY(errorOf(d).contains("config.json: not valid JSON"));
-    }
-    void notACheckpointFile()
-    {
-        auto d = dir("txt");
-        fixtures::writeBytes(d + "/notes.txt", "hello");
-        QVERIFY(errorOf(d + "/notes.txt").contains("not a checkpoint file"));
-        QVERIFY(errorOf(d + "/nothing-here").contains("no such file or folder"));
-    }
-    void truncatedShardIsAnError()
-    {
-        auto d = dir("truncated");
-        fixtures::writeSafetensorsFile(d + "/model.safetensors", small(), false);
-        fs::resize_file(d + "/model.safetensors", fs::file_size(d + "/model.safetensors") - 3);
-        QVERIFY(errorOf(d).contains("model.safetensors: safetensors data is"));
-    }
-    void sideFilesStayInside()
-    {
-        auto d = dir("side");
-        fixtures::writeSafetensorsFile(d + "/model.safetensors", small(), false);
-        fixtures::writeBytes(d + "/tokenizer.json", "{}");
-        Checkpoint ck = Checkpoint::open(d);
-        QCOMPARE(ck.readSideFile("tokenizer.json").value(), std::string("{}"));
-        QVERIFY(!ck.readSideFile("generation_config.json"));
-        fs::create_symlink("/etc/hostname", d + "/vocab.json");
-        QVERIFY_THROWS_EXCEPTION(InputError, ck.readSideFile("vocab.json"));
-    }
+    void singleFileFolder();
+    void shardedWithIndex();
+    void missingShardNamesShardAndTensor();
+    void tensorListedButAbsent();
+    void rejectsAbsoluteAndParentShardPaths();
+    void rejectsSymlinkLeadingOut();
+    void hubCacheResolvesRefsMain();
+    void indexOnlyMode();
+    void folderWithoutWeights();
+    void badConfigJson();
+    void notACheckpointFile();
+    void truncatedShardIsAnError();
+    void sideFilesStayInside();
 };
+
+void TestCheckpoint::singleFileFolder()
+{
+    auto d = dir("single");
+    fixtures::writeSafetensorsFile(d + "/model.safetensors", small(), false);
+    fixtures::writeJson(d + "/config.json", fixtures::gpt2Config({97, 16, 8, 2}, DType::F32));
+    Checkpoint ck = Checkpoint::open(d);
+    QCOMPARE(ck.tensors().size(), small().size());
+    QVERIFY(ck.config());
+    QCOMPARE(ck.config()->modelType(), std::string("gpt2"));
+    const TensorInfo* t = ck.find("transformer.wte.weight");
+    QVERIFY(t);
+    QCOMPARE(t->shape, (std::vector<int64_t>{97, 8}));
+    // Zero-copy: the data pointer lies inside the shard's mapping.
+    const auto& m = *ck.shards()[0].map;
+    QVERIFY(ck.data(*t) >= m.data() && ck.data(*t) + t->nbytes <= m.data() + m.size());
+    // Opening the file itself finds the same config beside it.
+    QCOMPARE(Checkpoint::open(d + "/model.safetensors").config()->modelType(), std::string("gpt2"));
+}
+void TestCheckpoint::shardedWithIndex()
+{
+    auto d = dir("sharded");
+    fixtures::writeSharded(d, small(), 3, false);
+    Checkpoint ck = Checkpoint::open(d);
+    QCOMPARE(ck.shards().size(), size_t(3));
+    QCOMPARE(ck.tensors().size(), small().size());
+    QVERIFY(!ck.indexOnly());
+    QCOMPARE(Checkpoint::open(d + "/model.safetensors.index.json").tensors().size(), small().size());
+}
+void TestCheckpoint::missingShardNamesShardAndTensor()
+{
+    auto d = dir("missingshard");
+    fixtures::writeSharded(d, small(), 2, false);
+    fs::remove(d + "/model-00002-of-00002.safetensors");
+    QString e = errorOf(d);
+    QVERIFY2(e.contains("model-00002-of-00002.safetensors: shard is missing") && e.contains("for tensor '"),
+             qPrintable(e));
+}
+void TestCheckpoint::tensorListedButAbsent()
+{
+    auto d = dir("absent");
+    fixtures::writeSharded(d, small(), 1, false);
+    auto index = nlohmann::json::parse(std::ifstream(d + "/model.safetensors.index.json"));
+    index["weight_map"]["transformer.ghost.weight"] = "model-00001-of-00001.safetensors";
+    fixtures::writeJson(d + "/model.safetensors.index.json", index);
+    QString e = errorOf(d);
+    QVERIFY2(e.contains("model-00001-of-00001.safetensors: tensor 'transformer.ghost.weight' is listed in"),
+             qPrintable(e));
+}
+void TestCheckpoint::rejectsAbsoluteAndParentShardPaths()
+{
+    auto d = dir("traversal");
+    fixtures::writeJson(d + "/model.safetensors.index.json",
+                        {{"weight_map", {{"a", "/etc/passwd"}}}});
+    QVERIFY(errorOf(d).contains("must be relative to the checkpoint folder"));
+    fixtures::writeJson(d + "/model.safetensors.index.json",
+                        {{"weight_map", {{"a", "../outside.safetensors"}}}});
+    QVERIFY(errorOf(d).contains("leads outside the checkpoint folder"));
+}
+void TestCheckpoint::rejectsSymlinkLeadingOut()
+{
+    auto outside = dir("outside");
+    fixtures::writeSafetensorsFile(outside + "/secret.safetensors", small(), false);
+    auto d = dir("symlinked");
+    fixtures::writeSharded(d, small(), 1, false);
+    fs::remove(d + "/model-00001-of-00001.safetensors");
+    fs::create_symlink(outside + "/secret.safetensors", d + "/model-00001-of-00001.safetensors");
+    QString e = errorOf(d);
+    QVERIFY2(e.contains("shard leads outside the checkpoint folder"), qPrintable(e));
+}
+void TestCheckpoint::hubCacheResolvesRefsMain()
+{
+    // models--org--name/{blobs, refs/main, snapshots/<hash>/file -> ../../blobs/<sha>}
+    auto entry = dir("hub/models--org--tiny");
+    fs::create_directories(entry + "/blobs");
+    fs::create_directories(entry + "/refs");
+    fs::create_directories(entry + "/snapshots/aaa111");
+    fs::create_directories(entry + "/snapshots/bbb222");
+    fixtures::writeSafetensorsFile(entry + "/blobs/deadbeef", small(), false);
+    fixtures::writeJson(entry + "/blobs/cafe", fixtures::gpt2Config({97, 16, 8, 2}, DType::F32));
+    for (auto snap : {"aaa111", "bbb222"}) {
+        fs::create_symlink("../../blobs/deadbeef", entry + "/snapshots/" + snap + "/model.safetensors");
+        fs::create_symlink("../../blobs/cafe", entry + "/snapshots/" + snap + "/config.json");
+    }
+    std::ofstream(entry + "/refs/main") << "aaa111";
+    Checkpoint ck = Checkpoint::open(entry);
+    QVERIFY(ck.folder().find("snapshots/aaa111") != std::string::npos);
+    QCOMPARE(ck.config()->modelType(), std::string("gpt2"));
+    QCOMPARE(ck.tensors().size(), small().size());
+    // The snapshot folder itself also works, with the blobs trusted.
+    QCOMPARE(Checkpoint::open(entry + "/snapshots/bbb222").tensors().size(), small().size());
+    std::ofstream(entry + "/refs/main") << "ccc333";
+    QVERIFY(errorOf(entry).contains("names snapshot 'ccc333'"));
+}
+void TestCheckpoint::indexOnlyMode()
+{
+    auto d = dir("indexonly");
+    fixtures::writeSharded(d, small(), 2, false, /*writeShards=*/false);
+    fixtures::writeJson(d + "/config.json", fixtures::gpt2Config({97, 16, 8, 2}, DType::F32));
+    Checkpoint ck = Checkpoint::open(d);
+    QVERIFY(ck.indexOnly());
+    QCOMPARE(ck.tensors().size(), small().size());
+    QVERIFY(ck.data(ck.tensors()[0]) == nullptr);
+}
+void TestCheckpoint::folderWithoutWeights()
+{
+    auto d = dir("empty");
+    fixtures::writeJson(d + "/config.json", fixtures::gpt2Config({97, 16, 8, 2}, DType::F32));
+    QVERIFY(errorOf(d).contains("no weights found"));
+}
+void TestCheckpoint::badConfigJson()
+{
+    auto d = dir("badconfig");
+    fixtures::writeSafetensorsFile(d + "/model.safetensors", small(), false);
+    fixtures::writeBytes(d + "/config.json", "{not json");
+    QVERIFY(errorOf(d).contains("config.json: not valid JSON"));
+}
+void TestCheckpoint::notACheckpointFile()
+{
+    auto d = dir("txt");
+    fixtures::writeBytes(d + "/notes.txt", "hello");
+    QVERIFY(errorOf(d + "/notes.txt").contains("not a checkpoint file"));
+    QVERIFY(errorOf(d + "/nothing-here").contains("no such file or folder"));
+}
+void TestCheckpoint::truncatedShardIsAnError()
+{
+    auto d = dir("truncated");
+    fixtures::writeSafetensorsFile(d + "/model.safetensors", small(), false);
+    fs::resize_file(d + "/model.safetensors", fs::file_size(d + "/model.safetensors") - 3);
+    QVERIFY(errorOf(d).contains("model.safetensors: safetensors data is"));
+}
+void TestCheckpoint::sideFilesStayInside()
+{
+    auto d = dir("side");
+    fixtures::writeSafetensorsFile(d + "/model.safetensors", small(), false);
+    fixtures::writeBytes(d + "/tokenizer.json", "{}");
+    Checkpoint ck = Checkpoint::open(d);
+    QCOMPARE(ck.readSideFile("tokenizer.json").value(), std::string("{}"));
+    QVERIFY(!ck.readSideFile("generation_config.json"));
+    fs::create_symlink("/etc/hostname", d + "/vocab.json");
+    QVERIFY_THROWS_EXCEPTION(InputError, ck.readSideFile("vocab.json"));
+}
 
 QTEST_APPLESS_MAIN(TestCheckpoint)
 #include "tst_checkpoint.moc"

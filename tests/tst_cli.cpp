@@ -4,6 +4,7 @@
 #include <QtTest>
 
 #include <filesystem>
+#include <set>
 
 using namespace stowage;
 namespace fs = std::filesystem;
@@ -14,85 +15,189 @@ class TestCli : public QObject {
     std::string m_distil;
 
 private slots:
-    void initTestCase()
-    {
-        m_distil = m_tmp.path().toStdString() + "/distilgpt2";
-        fs::create_directories(m_distil);
-        fixtures::writeSafetensorsFile(m_distil + "/model.safetensors", fixtures::gpt2Tensors({}, DType::F32, "", true),
-                                       true);
-        fixtures::writeJson(m_distil + "/config.json", fixtures::gpt2Config({}, DType::F32));
-    }
-    void inspectJsonContract()
-    {
-        auto r = fixtures::runCli({"inspect", QString::fromStdString(m_distil), "--dtype", "float16", "--json"});
-        QCOMPARE(r.exitCode, 0);
-        auto j = nlohmann::ordered_json::parse(r.out.toStdString());
-        std::vector<std::string> keys;
-        for (auto it = j.begin(); it != j.end(); ++it)
-            keys.push_back(it.key());
-        QCOMPARE(std::vector<std::string>(keys.begin(), keys.begin() + 6),
-                 (std::vector<std::string>{"model_type", "dtype", "total_bytes", "modules", "tied", "no_split"}));
-        QCOMPARE(j["model_type"].get<std::string>(), std::string("gpt2"));
-        QCOMPARE(j["dtype"].get<std::string>(), std::string("float16"));
-        QCOMPARE(j["total_bytes"].get<uint64_t>(), uint64_t(163'825'152));
-        bool found = false;
-        for (const auto& m : j["modules"])
-            if (m["name"] == "transformer.h.0") {
-                QCOMPARE(m["bytes"].get<uint64_t>(), uint64_t(14'175'744));
-                QCOMPARE(m["class"].get<std::string>(), std::string("GPT2Block"));
-                QCOMPARE(m["params"].get<uint64_t>(), uint64_t(7'087'872));
-                found = true;
-            }
-        QVERIFY(found);
-        QCOMPARE(j["modules"][0]["name"].get<std::string>(), std::string(""));
-        QCOMPARE(j["modules"][1]["name"].get<std::string>(), std::string("transformer"));
-        QCOMPARE(j["tied"][0][0].get<std::string>(), std::string("lm_head.weight"));
-        QCOMPARE(j["no_split"][0].get<std::string>(), std::string("GPT2Block"));
-    }
-    void inspectHumanTree()
-    {
-        auto r = fixtures::runCli({"inspect", QString::fromStdString(m_distil), "--dtype", "float16"});
-        QCOMPARE(r.exitCode, 0);
-        QVERIFY(r.out.contains("163,825,152 bytes"));
-        QVERIFY(r.out.contains("GPT2Block"));
-        QVERIFY(r.out.contains("8.65%")); // one block's share of the model
-    }
-    void demoIsTheDefault()
-    {
-        auto r = fixtures::runCli({"inspect", "--json"});
-        QCOMPARE(r.exitCode, 0);
-        QVERIFY(nlohmann::json::parse(r.out.toStdString())["total_bytes"].get<uint64_t>() > 0);
-    }
-    void badInputExitsTwoWithOneLine_data()
-    {
-        QTest::addColumn<QStringList>("args");
-        QTest::addColumn<QString>("message");
-        QTest::newRow("missing path") << QStringList{"inspect", "/no/such/checkpoint"}
-                                      << "/no/such/checkpoint: no such file or folder";
-        QTest::newRow("bad dtype") << QStringList{"inspect", "--dtype", "float13"} << "--dtype 'float13' is not one of";
-        QTest::newRow("unknown option") << QStringList{"inspect", "--frobnicate"} << "unknown option --frobnicate";
-        QTest::newRow("unknown command") << QStringList{"explode"} << "unknown command 'explode'";
-    }
-    void badInputExitsTwoWithOneLine()
-    {
-        QFETCH(QStringList, args);
-        QFETCH(QString, message);
-        auto r = fixtures::runCli(args);
-        QCOMPARE(r.exitCode, 2);
-        QVERIFY2(QString(r.err).contains(message), r.err.constData());
-        QCOMPARE(r.err.count('\n'), 1);
-        QVERIFY(r.out.isEmpty());
-    }
-    void malformedShardExitsTwo()
-    {
-        std::string d = m_tmp.path().toStdString() + "/bad";
-        fs::create_directories(d);
-        fixtures::writeBytes(d + "/model.safetensors", QByteArray("\x05\0\0\0\0\0\0\0{\"a\":", 13));
-        auto r = fixtures::runCli({"inspect", QString::fromStdString(d)});
-        QCOMPARE(r.exitCode, 2);
-        QVERIFY2(r.err.contains("model.safetensors: safetensors header is not valid JSON"), r.err.constData());
-    }
+    void initTestCase();
+    void inspectJsonContract();
+    void inspectHumanTree();
+    void demoIsTheDefault();
+    void badInputExitsTwoWithOneLine_data();
+    void badInputExitsTwoWithOneLine();
+    void planSeedJsonIsTransformersExact();
+    void planWritesMapReportAndChecksUserMaps();
+    void planIndexOnly70b();
+    void planBadInput_data();
+    void planBadInput();
+    void malformedShardExitsTwo();
 };
+
+void TestCli::initTestCase()
+{
+    m_distil = m_tmp.path().toStdString() + "/distilgpt2";
+    fs::create_directories(m_distil);
+    fixtures::writeSafetensorsFile(m_distil + "/model.safetensors", fixtures::gpt2Tensors({}, DType::F32, "", true),
+                                   true);
+    fixtures::writeJson(m_distil + "/config.json", fixtures::gpt2Config({}, DType::F32));
+}
+void TestCli::inspectJsonContract()
+{
+    auto r = fixtures::runCli({"inspect", QString::fromStdString(m_distil), "--dtype", "float16", "--json"});
+    QCOMPARE(r.exitCode, 0);
+    auto j = nlohmann::ordered_json::parse(r.out.toStdString());
+    std::vector<std::string> keys;
+    for (auto it = j.begin(); it != j.end(); ++it)
+        keys.push_back(it.key());
+    QCOMPARE(std::vector<std::string>(keys.begin(), keys.begin() + 6),
+             (std::vector<std::string>{"model_type", "dtype", "total_bytes", "modules", "tied", "no_split"}));
+    QCOMPARE(j["model_type"].get<std::string>(), std::string("gpt2"));
+    QCOMPARE(j["dtype"].get<std::string>(), std::string("float16"));
+    QCOMPARE(j["total_bytes"].get<uint64_t>(), uint64_t(163'825'152));
+    bool found = false;
+    for (const auto& m : j["modules"])
+        if (m["name"] == "transformer.h.0") {
+            QCOMPARE(m["bytes"].get<uint64_t>(), uint64_t(14'175'744));
+            QCOMPARE(m["class"].get<std::string>(), std::string("GPT2Block"));
+            QCOMPARE(m["params"].get<uint64_t>(), uint64_t(7'087'872));
+            found = true;
+        }
+    QVERIFY(found);
+    QCOMPARE(j["modules"][0]["name"].get<std::string>(), std::string(""));
+    QCOMPARE(j["modules"][1]["name"].get<std::string>(), std::string("transformer"));
+    QCOMPARE(j["tied"][0][0].get<std::string>(), std::string("lm_head.weight"));
+    QCOMPARE(j["no_split"][0].get<std::string>(), std::string("GPT2Block"));
+}
+void TestCli::inspectHumanTree()
+{
+    auto r = fixtures::runCli({"inspect", QString::fromStdString(m_distil), "--dtype", "float16"});
+    QCOMPARE(r.exitCode, 0);
+    QVERIFY(r.out.contains("163,825,152 bytes"));
+    QVERIFY(r.out.contains("GPT2Block"));
+    QVERIFY(r.out.contains("8.65%")); // one block's share of the model
+}
+void TestCli::demoIsTheDefault()
+{
+    auto r = fixtures::runCli({"inspect", "--json"});
+    QCOMPARE(r.exitCode, 0);
+    QVERIFY(nlohmann::json::parse(r.out.toStdString())["total_bytes"].get<uint64_t>() > 0);
+}
+void TestCli::badInputExitsTwoWithOneLine_data()
+{
+    QTest::addColumn<QStringList>("args");
+    QTest::addColumn<QString>("message");
+    QTest::newRow("missing path") << QStringList{"inspect", "/no/such/checkpoint"}
+                                  << "/no/such/checkpoint: no such file or folder";
+    QTest::newRow("bad dtype") << QStringList{"inspect", "--dtype", "float13"} << "--dtype 'float13' is not one of";
+    QTest::newRow("unknown option") << QStringList{"inspect", "--frobnicate"} << "unknown option --frobnicate";
+    QTest::newRow("unknown command") << QStringList{"explode"} << "unknown command 'explode'";
+}
+void TestCli::badInputExitsTwoWithOneLine()
+{
+    QFETCH(QStringList, args);
+    QFETCH(QString, message);
+    auto r = fixtures::runCli(args);
+    QCOMPARE(r.exitCode, 2);
+    QVERIFY2(QString(r.err).contains(message), r.err.constData());
+    QCOMPARE(r.err.count('\n'), 1);
+    QVERIFY(r.out.isEmpty());
+}
+void TestCli::planSeedJsonIsTransformersExact()
+{
+    auto r = fixtures::runCli({"plan", QString::fromStdString(m_distil), "--dtype", "float16", "--max-memory",
+                               "0=100MB", "--max-memory", "cpu=10GB", "--json"});
+    QCOMPARE(r.exitCode, 0);
+    QCOMPARE(r.out, QByteArray("{\n  \"transformer.wte\": 0,\n  \"lm_head\": 0,\n  \"transformer.wpe\": 0,\n"
+                               "  \"transformer.drop\": 0,\n  \"transformer.ln_f\": \"cpu\",\n"
+                               "  \"transformer.h\": \"cpu\"\n}\n"));
+    auto all = fixtures::runCli({"plan", QString::fromStdString(m_distil), "--dtype", "float16", "--max-memory",
+                                 "0=50MB", "--max-memory", "cpu=10GB", "--json"});
+    QCOMPARE(all.out, QByteArray("{\n  \"\": \"cpu\"\n}\n"));
+}
+void TestCli::planWritesMapReportAndChecksUserMaps()
+{
+    const QString dir = m_tmp.path();
+    auto r = fixtures::runCli({"plan", QString::fromStdString(m_distil), "--dtype", "float16", "--max-memory",
+                               "0=100MB", "--max-memory", "cpu=10GB", "-o", dir + "/map.json", "--report",
+                               dir + "/report.json", "--hardware", "rtx4090", "--explain"});
+    QCOMPARE(r.exitCode, 0);
+    QVERIFY2(r.out.contains("after keeping 14,175,744 for the largest layer still to place (transformer.h.0)"),
+             r.out.constData());
+    QFile f(dir + "/report.json");
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    auto rep = nlohmann::ordered_json::parse(f.readAll().toStdString());
+    QCOMPARE(rep["device_map"].size(), size_t(6));
+    QCOMPARE(rep["entries"][1]["module"].get<std::string>(), std::string("lm_head"));
+    QVERIFY(rep["entries"][1]["why"].get<std::string>().find("tied to transformer.wte") != std::string::npos);
+    QCOMPARE(rep["cost"].size(), size_t(3));
+    QVERIFY(rep["cost"][0]["tokens_per_second"].get<double>() > 0);
+    QCOMPARE(rep["cost"][0]["devices"].size(), size_t(2));
+    // the exported map checks clean against the model
+    auto check = fixtures::runCli({"plan", QString::fromStdString(m_distil), "--device-map", dir + "/map.json",
+                                   "--explain"});
+    QCOMPARE(check.exitCode, 0);
+    fixtures::writeJson((dir + "/bad.json").toStdString(), {{"transformer", 0}});
+    auto bad = fixtures::runCli({"plan", QString::fromStdString(m_distil), "--device-map", dir + "/bad.json"});
+    QCOMPARE(bad.exitCode, 2);
+    QVERIFY2(bad.err.contains("bad.json: tensor 'lm_head.weight' is not covered"), bad.err.constData());
+}
+void TestCli::planIndexOnly70b()
+{
+    // Llama-3-70B-shaped index, nothing downloaded: two 40 GiB GPUs and 48 GiB of RAM.
+    std::string d = m_tmp.path().toStdString() + "/llama70";
+    fs::create_directories(d);
+    fixtures::LlamaShape s{128256, 8192, 28672, 80, 64, 8, false};
+    fixtures::writeSharded(d, fixtures::llamaTensors(s, DType::BF16), 30, true, false);
+    fixtures::writeJson(d + "/config.json", fixtures::llamaConfig(s, DType::BF16));
+    auto r = fixtures::runCli({"plan", QString::fromStdString(d), "--max-memory", "0=40GiB", "--max-memory",
+                               "1=40GiB", "--max-memory", "cpu=48GiB", "--json"});
+    QCOMPARE(r.exitCode, 0);
+    auto j = nlohmann::ordered_json::parse(r.out.toStdString());
+    std::set<std::string> devices;
+    for (auto it = j.begin(); it != j.end(); ++it)
+        devices.insert(it.value().dump());
+    QCOMPARE(devices, (std::set<std::string>{"0", "1", "\"cpu\"", "\"disk\""}));
+    QCOMPARE(j.begin().key(), std::string("model.embed_tokens"));
+    // the KV cache of 8192 tokens takes room: fewer layers stay on the GPUs
+    auto kv = fixtures::runCli({"plan", QString::fromStdString(d), "--max-memory", "0=40GiB", "--max-memory",
+                                "1=40GiB", "--max-memory", "cpu=48GiB", "--kv-cache", "8192x4", "--json"});
+    QCOMPARE(kv.exitCode, 0);
+    auto onGpu = [](const nlohmann::ordered_json& m) {
+        int n = 0;
+        for (auto it = m.begin(); it != m.end(); ++it)
+            n += it.value().is_number() && it.key().rfind("model.layers.", 0) == 0;
+        return n;
+    };
+    QVERIFY(onGpu(nlohmann::ordered_json::parse(kv.out.toStdString())) < onGpu(j));
+}
+void TestCli::planBadInput_data()
+{
+    QTest::addColumn<QStringList>("args");
+    QTest::addColumn<QString>("message");
+    QTest::newRow("unknown device") << QStringList{"plan", "--max-memory", "gpu0=1GB"} << "unknown device 'gpu0'";
+    QTest::newRow("bad size") << QStringList{"plan", "--max-memory", "0=lots"} << "'lots' is not a valid size";
+    QTest::newRow("negative") << QStringList{"plan", "--max-memory", "0=-1GB"} << "'-1GB' is negative";
+    QTest::newRow("no equals") << QStringList{"plan", "--max-memory", "0"} << "expected DEV=SIZE";
+    QTest::newRow("twice") << QStringList{"plan", "--max-memory", "0=1GB", "--max-memory", "0=2GB"}
+                           << "device 0 is given twice";
+    QTest::newRow("strategy") << QStringList{"plan", "--strategy", "fast"} << "expected auto, balanced";
+    QTest::newRow("kv") << QStringList{"plan", "--kv-cache", "lots"} << "expected CONTEXT or CONTEXTxBATCH";
+    QTest::newRow("preset") << QStringList{"plan", "--report", "/dev/null", "--hardware", "abacus"} << "abacus";
+}
+void TestCli::planBadInput()
+{
+    QFETCH(QStringList, args);
+    QFETCH(QString, message);
+    auto r = fixtures::runCli(args);
+    QCOMPARE(r.exitCode, 2);
+    QVERIFY2(QString(r.err).contains(message), r.err.constData());
+    QCOMPARE(r.err.count('\n'), 1);
+}
+void TestCli::malformedShardExitsTwo()
+{
+    std::string d = m_tmp.path().toStdString() + "/bad";
+    fs::create_directories(d);
+    fixtures::writeBytes(d + "/model.safetensors", QByteArray("\x05\0\0\0\0\0\0\0{\"a\":", 13));
+    auto r = fixtures::runCli({"inspect", QString::fromStdString(d)});
+    QCOMPARE(r.exitCode, 2);
+    QVERIFY2(r.err.contains("model.safetensors: safetensors header is not valid JSON"), r.err.constData());
+}
 
 QTEST_APPLESS_MAIN(TestCli)
 #include "tst_cli.moc"

@@ -29,203 +29,214 @@ class TestModuleTree : public QObject {
     }
 
 private slots:
-    void distilgpt2SizesInFloat16_data()
-    {
-        QTest::addColumn<QString>("prefix");
-        QTest::addColumn<bool>("maskBuffers");
-        QTest::newRow("GPT2LMHeadModel save") << "transformer." << false;
-        // distilgpt2 on the Hub: saved from GPT2Model, with attn.bias masks.
-        QTest::newRow("base-model save with masks") << "" << true;
-    }
-    void distilgpt2SizesInFloat16()
-    {
-        QFETCH(QString, prefix);
-        QFETCH(bool, maskBuffers);
-        auto d = dir("distil" + prefix.toStdString());
-        fixtures::writeSafetensorsFile(d + "/model.safetensors",
-                                       fixtures::gpt2Tensors({}, DType::F32, prefix.toStdString(), maskBuffers), true);
-        fixtures::writeJson(d + "/config.json", fixtures::gpt2Config({}, DType::F32));
-        ModuleTree t = buildModuleTree(Checkpoint::open(d), DType::F16);
-        QCOMPARE(t.root().bytes, uint64_t(163'825'152));
-        QCOMPARE(bytesOf(t, "transformer.h.0"), uint64_t(14'175'744));
-        QCOMPARE(bytesOf(t, "transformer.wte"), uint64_t(77'194'752));
-        QCOMPARE(bytesOf(t, "transformer.wpe"), uint64_t(1'572'864));
-        QCOMPARE(bytesOf(t, "transformer.ln_f"), uint64_t(3'072));
-        QCOMPARE(bytesOf(t, "lm_head"), uint64_t(0)); // tied: counted once, under wte
-        QCOMPARE(t.root().paramCount, uint64_t(81'912'576));
-        QVERIFY(t.unexpected().empty());
-        QVERIFY(t.missing().empty());
-        QCOMPARE(t.tiedGroups(), (std::vector<std::vector<std::string>>{{"lm_head.weight", "transformer.wte.weight"}}));
-        QCOMPARE(t.noSplitClasses(), std::vector<std::string>{"GPT2Block"});
-        // Without --dtype the checkpoint's own (float32) applies.
-        QCOMPARE(buildModuleTree(Checkpoint::open(d), std::nullopt).root().bytes, uint64_t(2 * 163'825'152));
-    }
-    void gpt2DefinitionOrder()
-    {
-        auto d = dir("order");
-        fixtures::writeSafetensorsFile(d + "/model.safetensors", fixtures::gpt2Tensors({97, 16, 8, 2}, DType::F32), false);
-        fixtures::writeJson(d + "/config.json", fixtures::gpt2Config({97, 16, 8, 2}, DType::F32));
-        ModuleTree t = buildModuleTree(Checkpoint::open(d), std::nullopt);
-        std::vector<std::string> names;
-        for (size_t i = 0; i < 18; ++i)
-            names.push_back(t.modules()[i].name + ":" + t.modules()[i].className);
-        QCOMPARE(names, (std::vector<std::string>{
-                            ":GPT2LMHeadModel", "transformer:GPT2Model", "transformer.wte:Embedding",
-                            "transformer.wpe:Embedding", "transformer.drop:Dropout", "transformer.h:ModuleList",
-                            "transformer.h.0:GPT2Block", "transformer.h.0.ln_1:LayerNorm",
-                            "transformer.h.0.attn:GPT2Attention", "transformer.h.0.attn.c_attn:Conv1D",
-                            "transformer.h.0.attn.c_proj:Conv1D", "transformer.h.0.attn.attn_dropout:Dropout",
-                            "transformer.h.0.attn.resid_dropout:Dropout", "transformer.h.0.ln_2:LayerNorm",
-                            "transformer.h.0.mlp:GPT2MLP", "transformer.h.0.mlp.c_fc:Conv1D",
-                            "transformer.h.0.mlp.c_proj:Conv1D", "transformer.h.0.mlp.act:NewGELUActivation"}));
-        QCOMPARE(t.modules().back().name, std::string("lm_head"));
-        // Subtree ranges are pre-order.
-        int h = t.find("transformer.h");
-        QCOMPARE(t.modules()[size_t(t.modules()[size_t(h)].end)].name, std::string("transformer.ln_f"));
-    }
-    void shapeDisagreeingWithConfigIsAnError()
-    {
-        auto d = dir("mismatch");
-        fixtures::writeSafetensorsFile(d + "/model.safetensors", fixtures::gpt2Tensors({97, 16, 8, 2}, DType::F32), false);
-        fixtures::writeJson(d + "/config.json", fixtures::gpt2Config({97, 16, 16, 2}, DType::F32));
-        try {
-            buildModuleTree(Checkpoint::open(d), std::nullopt);
-            QFAIL("no error");
-        } catch (const InputError& e) {
-            QVERIFY2(QString(e.what()).contains("tensor 'transformer.wte.weight' has shape [97, 8] but config.json implies [97, 16]"),
-                     e.what());
-        }
-    }
-    void shardedBf16Llama32()
-    {
-        // Llama-3.2-1B shape, bf16, tied embeddings, four sparse shards.
-        auto d = dir("llama");
-        fixtures::LlamaShape s;
-        fixtures::writeSharded(d, fixtures::llamaTensors(s, DType::BF16), 4, true);
-        fixtures::writeJson(d + "/config.json", fixtures::llamaConfig(s, DType::BF16));
-        ModuleTree t = buildModuleTree(Checkpoint::open(d), std::nullopt);
-        QCOMPARE(t.root().paramCount, uint64_t(1'235'814'400));
-        QCOMPARE(t.root().bytes, uint64_t(2 * 1'235'814'400ull));
-        QCOMPARE(*t.dtype(), DType::BF16);
-        QCOMPARE(bytesOf(t, "model.layers.0"), uint64_t(2 * 60'821'504));
-        QCOMPARE(t.modules()[size_t(t.find("model.layers.0"))].className, std::string("LlamaDecoderLayer"));
-        QCOMPARE(t.modules()[size_t(t.find("model.rotary_emb"))].className, std::string("LlamaRotaryEmbedding"));
-        QCOMPARE(t.modules()[size_t(t.find("model.layers.0.mlp.act_fn"))].className, std::string("SiLU"));
-        QVERIFY(t.missing().empty());
-        QCOMPARE(t.noSplitClasses(), std::vector<std::string>{"LlamaDecoderLayer"});
-        // float32 planning counts four bytes a parameter, as transformers' fp32 meta model does.
-        QCOMPARE(buildModuleTree(Checkpoint::open(d), DType::F32).root().bytes, uint64_t(4 * 1'235'814'400ull));
-    }
-    void indexOnlyLlama70b()
-    {
-        auto d = dir("llama70");
-        fixtures::LlamaShape s{128256, 8192, 28672, 80, 64, 8, false};
-        fixtures::writeSharded(d, fixtures::llamaTensors(s, DType::BF16), 30, true, /*writeShards=*/false);
-        fixtures::writeJson(d + "/config.json", fixtures::llamaConfig(s, DType::BF16));
-        Checkpoint ck = Checkpoint::open(d);
-        QVERIFY(ck.indexOnly());
-        ModuleTree t = buildModuleTree(ck, std::nullopt);
-        QCOMPARE(t.root().paramCount, uint64_t(70'553'706'496ull)); // Meta-Llama-3-70B
-        QVERIFY(t.missing().empty());
-    }
-    void indexOnlyUnknownFamilyNeedsShards()
-    {
-        auto d = dir("unknownindex");
-        fixtures::writeSharded(d, fixtures::gpt2Tensors({97, 16, 8, 2}, DType::F32), 2, false, false);
-        fixtures::writeJson(d + "/config.json", {{"model_type", "mamba"}});
-        try {
-            buildModuleTree(Checkpoint::open(d), std::nullopt);
-            QFAIL("no error");
-        } catch (const InputError& e) {
-            QVERIFY2(QString(e.what()).contains("'mamba' is not a known family") &&
-                         QString(e.what()).contains("shard headers are needed"),
-                     e.what());
-        }
-    }
-    void unknownFamilyFromNames()
-    {
-        auto d = dir("unknown");
-        std::vector<fixtures::Tensor> ts;
-        for (int i : {0, 1, 10, 2})
-            ts.push_back({"backbone.blocks." + std::to_string(i) + ".mixer.weight", DType::BF16, {4, 4}});
-        ts.push_back({"backbone.embed.weight", DType::BF16, {10, 4}});
-        ts.push_back({"head.weight", DType::BF16, {10, 4}});
-        fixtures::writeSafetensorsFile(d + "/model.safetensors", ts, false);
-        fixtures::writeJson(d + "/config.json", {{"model_type", "mamba"}, {"architectures", {"MambaForCausalLM"}}});
-        ModuleTree t = buildModuleTree(Checkpoint::open(d), std::nullopt);
-        QVERIFY(!t.knownArchitecture());
-        QCOMPARE(t.root().className, std::string("MambaForCausalLM"));
-        std::vector<std::string> names;
-        for (const auto& m : t.modules())
-            names.push_back(m.name);
-        QCOMPARE(names, (std::vector<std::string>{"", "backbone", "backbone.blocks", "backbone.blocks.0",
-                                                  "backbone.blocks.0.mixer", "backbone.blocks.1",
-                                                  "backbone.blocks.1.mixer", "backbone.blocks.2",
-                                                  "backbone.blocks.2.mixer", "backbone.blocks.10",
-                                                  "backbone.blocks.10.mixer", "backbone.embed", "head"}));
-        QCOMPARE(t.modules()[2].className, std::string("ModuleList"));
-        QCOMPARE(t.noSplitClasses(), std::vector<std::string>{"Layer"});
-        QCOMPARE(t.root().bytes, uint64_t((4 * 16 + 2 * 40) * 2));
-    }
-    void optWithoutModelPrefix()
-    {
-        auto d = dir("opt");
-        const int64_t V = 50, H = 16, F = 32, P = 20, L = 2;
-        std::vector<fixtures::Tensor> ts{{"decoder.embed_tokens.weight", DType::F16, {V, H}},
-                                         {"decoder.embed_positions.weight", DType::F16, {P + 2, H}},
-                                         {"decoder.final_layer_norm.weight", DType::F16, {H}},
-                                         {"decoder.final_layer_norm.bias", DType::F16, {H}}};
-        for (int i = 0; i < L; ++i) {
-            std::string p = "decoder.layers." + std::to_string(i) + ".";
-            for (auto n : {"self_attn.k_proj", "self_attn.v_proj", "self_attn.q_proj", "self_attn.out_proj"}) {
-                ts.push_back({p + n + ".weight", DType::F16, {H, H}});
-                ts.push_back({p + n + ".bias", DType::F16, {H}});
-            }
-            for (auto n : {"self_attn_layer_norm", "final_layer_norm"}) {
-                ts.push_back({p + n + ".weight", DType::F16, {H}});
-                ts.push_back({p + n + ".bias", DType::F16, {H}});
-            }
-            ts.push_back({p + "fc1.weight", DType::F16, {F, H}});
-            ts.push_back({p + "fc1.bias", DType::F16, {F}});
-            ts.push_back({p + "fc2.weight", DType::F16, {H, F}});
-            ts.push_back({p + "fc2.bias", DType::F16, {H}});
-        }
-        fixtures::writeSafetensorsFile(d + "/model.safetensors", ts, false);
-        fixtures::writeJson(d + "/config.json", {{"model_type", "opt"}, {"vocab_size", V}, {"hidden_size", H},
-                                                 {"ffn_dim", F}, {"max_position_embeddings", P},
-                                                 {"num_hidden_layers", L}, {"torch_dtype", "float16"}});
-        ModuleTree t = buildModuleTree(Checkpoint::open(d), std::nullopt);
-        QVERIFY2(t.missing().empty(), t.missing().empty() ? "" : t.missing()[0].c_str());
-        QVERIFY(t.unexpected().empty());
-        QCOMPARE(t.modules()[size_t(t.find("model.decoder.embed_positions"))].className,
-                 std::string("OPTLearnedPositionalEmbedding"));
-        QCOMPARE(t.modules()[size_t(t.find("model.decoder.layers.1"))].className, std::string("OPTDecoderLayer"));
-        QCOMPARE(t.tiedGroups()[0], (std::vector<std::string>{"lm_head.weight", "model.decoder.embed_tokens.weight"}));
-    }
-    void qwenVariants()
-    {
-        for (const char* type : {"qwen2", "qwen3", "mistral"}) {
-            ModelConfig c = ModelConfig::parse(
-                nlohmann::json{{"model_type", type}, {"vocab_size", 10}, {"hidden_size", 8}, {"intermediate_size", 16},
-                               {"num_hidden_layers", 1}, {"num_attention_heads", 2}, {"num_key_value_heads", 1},
-                               {"head_dim", 4}}
-                    .dump(),
-                "config.json");
-            auto d = dir(std::string("idx") + type);
-            fixtures::writeJson(d + "/config.json", c.raw());
-            // index-only keeps this test about the skeleton alone
-            std::vector<fixtures::Tensor> ts{{"model.embed_tokens.weight", DType::F32, {10, 8}}};
-            fixtures::writeSharded(d, ts, 1, false, false);
-            ModuleTree t = buildModuleTree(Checkpoint::open(d), DType::F32);
-            bool q2 = std::string(type) == "qwen2", q3 = std::string(type) == "qwen3";
-            QCOMPARE(t.findParam("model.layers.0.self_attn.q_proj.bias") >= 0, q2);
-            QCOMPARE(t.findParam("model.layers.0.self_attn.o_proj.bias") >= 0, false);
-            QCOMPARE(t.find("model.layers.0.self_attn.k_norm") >= 0, q3);
-            QCOMPARE(t.params()[size_t(t.findParam("model.layers.0.self_attn.k_proj.weight"))].shape,
-                     (std::vector<int64_t>{4, 8}));
-        }
-    }
+    void distilgpt2SizesInFloat16_data();
+    void distilgpt2SizesInFloat16();
+    void gpt2DefinitionOrder();
+    void shapeDisagreeingWithConfigIsAnError();
+    void shardedBf16Llama32();
+    void indexOnlyLlama70b();
+    void indexOnlyUnknownFamilyNeedsShards();
+    void unknownFamilyFromNames();
+    void optWithoutModelPrefix();
+    void qwenVariants();
 };
+
+void TestModuleTree::distilgpt2SizesInFloat16_data()
+{
+    QTest::addColumn<QString>("prefix");
+    QTest::addColumn<bool>("maskBuffers");
+    QTest::newRow("GPT2LMHeadModel save") << "transformer." << false;
+    // distilgpt2 on the Hub: saved from GPT2Model, with attn.bias masks.
+    QTest::newRow("base-model save with masks") << "" << true;
+}
+void TestModuleTree::distilgpt2SizesInFloat16()
+{
+    QFETCH(QString, prefix);
+    QFETCH(bool, maskBuffers);
+    auto d = dir("distil" + prefix.toStdString());
+    fixtures::writeSafetensorsFile(d + "/model.safetensors",
+                                   fixtures::gpt2Tensors({}, DType::F32, prefix.toStdString(), maskBuffers), true);
+    fixtures::writeJson(d + "/config.json", fixtures::gpt2Config({}, DType::F32));
+    ModuleTree t = buildModuleTree(Checkpoint::open(d), DType::F16);
+    QCOMPARE(t.root().bytes, uint64_t(163'825'152));
+    QCOMPARE(bytesOf(t, "transformer.h.0"), uint64_t(14'175'744));
+    QCOMPARE(bytesOf(t, "transformer.wte"), uint64_t(77'194'752));
+    QCOMPARE(bytesOf(t, "transformer.wpe"), uint64_t(1'572'864));
+    QCOMPARE(bytesOf(t, "transformer.ln_f"), uint64_t(3'072));
+    QCOMPARE(bytesOf(t, "lm_head"), uint64_t(0)); // tied: counted once, under wte
+    QCOMPARE(t.root().paramCount, uint64_t(81'912'576));
+    QVERIFY(t.unexpected().empty());
+    QVERIFY(t.missing().empty());
+    QCOMPARE(t.tiedGroups(), (std::vector<std::vector<std::string>>{{"lm_head.weight", "transformer.wte.weight"}}));
+    QCOMPARE(t.noSplitClasses(), std::vector<std::string>{"GPT2Block"});
+    // Without --dtype the checkpoint's own (float32) applies.
+    QCOMPARE(buildModuleTree(Checkpoint::open(d), std::nullopt).root().bytes, uint64_t(2 * 163'825'152));
+}
+void TestModuleTree::gpt2DefinitionOrder()
+{
+    auto d = dir("order");
+    fixtures::writeSafetensorsFile(d + "/model.safetensors", fixtures::gpt2Tensors({97, 16, 8, 2}, DType::F32), false);
+    fixtures::writeJson(d + "/config.json", fixtures::gpt2Config({97, 16, 8, 2}, DType::F32));
+    ModuleTree t = buildModuleTree(Checkpoint::open(d), std::nullopt);
+    std::vector<std::string> names;
+    for (size_t i = 0; i < 18; ++i)
+        names.push_back(t.modules()[i].name + ":" + t.modules()[i].className);
+    QCOMPARE(names, (std::vector<std::string>{
+                        ":GPT2LMHeadModel", "transformer:GPT2Model", "transformer.wte:Embedding",
+                        "transformer.wpe:Embedding", "transformer.drop:Dropout", "transformer.h:ModuleList",
+                        "transformer.h.0:GPT2Block", "transformer.h.0.ln_1:LayerNorm",
+                        "transformer.h.0.attn:GPT2Attention", "transformer.h.0.attn.c_attn:Conv1D",
+                        "transformer.h.0.attn.c_proj:Conv1D", "transformer.h.0.attn.attn_dropout:Dropout",
+                        "transformer.h.0.attn.resid_dropout:Dropout", "transformer.h.0.ln_2:LayerNorm",
+                        "transformer.h.0.mlp:GPT2MLP", "transformer.h.0.mlp.c_fc:Conv1D",
+                        "transformer.h.0.mlp.c_proj:Conv1D", "transformer.h.0.mlp.act:NewGELUActivation"}));
+    QCOMPARE(t.modules().back().name, std::string("lm_head"));
+    // Subtree ranges are pre-order.
+    int h = t.find("transformer.h");
+    QCOMPARE(t.modules()[size_t(t.modules()[size_t(h)].end)].name, std::string("transformer.ln_f"));
+}
+void TestModuleTree::shapeDisagreeingWithConfigIsAnError()
+{
+    auto d = dir("mismatch");
+    fixtures::writeSafetensorsFile(d + "/model.safetensors", fixtures::gpt2Tensors({97, 16, 8, 2}, DType::F32), false);
+    fixtures::writeJson(d + "/config.json", fixtures::gpt2Config({97, 16, 16, 2}, DType::F32));
+    try {
+        buildModuleTree(Checkpoint::open(d), std::nullopt);
+        QFAIL("no error");
+    } catch (const InputError& e) {
+        QVERIFY2(QString(e.what()).contains("tensor 'transformer.wte.weight' has shape [97, 8] but config.json implies [97, 16]"),
+                 e.what());
+    }
+}
+void TestModuleTree::shardedBf16Llama32()
+{
+    // Llama-3.2-1B shape, bf16, tied embeddings, four sparse shards.
+    auto d = dir("llama");
+    fixtures::LlamaShape s;
+    fixtures::writeSharded(d, fixtures::llamaTensors(s, DType::BF16), 4, true);
+    fixtures::writeJson(d + "/config.json", fixtures::llamaConfig(s, DType::BF16));
+    ModuleTree t = buildModuleTree(Checkpoint::open(d), std::nullopt);
+    QCOMPARE(t.root().paramCount, uint64_t(1'235'814'400));
+    QCOMPARE(t.root().bytes, uint64_t(2 * 1'235'814'400ull));
+    QCOMPARE(*t.dtype(), DType::BF16);
+    QCOMPARE(bytesOf(t, "model.layers.0"), uint64_t(2 * 60'821'504));
+    QCOMPARE(t.modules()[size_t(t.find("model.layers.0"))].className, std::string("LlamaDecoderLayer"));
+    QCOMPARE(t.modules()[size_t(t.find("model.rotary_emb"))].className, std::string("LlamaRotaryEmbedding"));
+    QCOMPARE(t.modules()[size_t(t.find("model.layers.0.mlp.act_fn"))].className, std::string("SiLU"));
+    QVERIFY(t.missing().empty());
+    QCOMPARE(t.noSplitClasses(), std::vector<std::string>{"LlamaDecoderLayer"});
+    // float32 planning counts four bytes a parameter, as transformers' fp32 meta model does.
+    QCOMPARE(buildModuleTree(Checkpoint::open(d), DType::F32).root().bytes, uint64_t(4 * 1'235'814'400ull));
+}
+void TestModuleTree::indexOnlyLlama70b()
+{
+    auto d = dir("llama70");
+    fixtures::LlamaShape s{128256, 8192, 28672, 80, 64, 8, false};
+    fixtures::writeSharded(d, fixtures::llamaTensors(s, DType::BF16), 30, true, /*writeShards=*/false);
+    fixtures::writeJson(d + "/config.json", fixtures::llamaConfig(s, DType::BF16));
+    Checkpoint ck = Checkpoint::open(d);
+    QVERIFY(ck.indexOnly());
+    ModuleTree t = buildModuleTree(ck, std::nullopt);
+    QCOMPARE(t.root().paramCount, uint64_t(70'553'706'496ull)); // Meta-Llama-3-70B
+    QVERIFY(t.missing().empty());
+}
+void TestModuleTree::indexOnlyUnknownFamilyNeedsShards()
+{
+    auto d = dir("unknownindex");
+    fixtures::writeSharded(d, fixtures::gpt2Tensors({97, 16, 8, 2}, DType::F32), 2, false, false);
+    fixtures::writeJson(d + "/config.json", {{"model_type", "mamba"}});
+    try {
+        buildModuleTree(Checkpoint::open(d), std::nullopt);
+        QFAIL("no error");
+    } catch (const InputError& e) {
+        QVERIFY2(QString(e.what()).contains("'mamba' is not a known family") &&
+                     QString(e.what()).contains("shard headers are needed"),
+                 e.what());
+    }
+}
+void TestModuleTree::unknownFamilyFromNames()
+{
+    auto d = dir("unknown");
+    std::vector<fixtures::Tensor> ts;
+    for (int i : {0, 1, 10, 2})
+        ts.push_back({"backbone.blocks." + std::to_string(i) + ".mixer.weight", DType::BF16, {4, 4}});
+    ts.push_back({"backbone.embed.weight", DType::BF16, {10, 4}});
+    ts.push_back({"head.weight", DType::BF16, {10, 4}});
+    fixtures::writeSafetensorsFile(d + "/model.safetensors", ts, false);
+    fixtures::writeJson(d + "/config.json", {{"model_type", "mamba"}, {"architectures", {"MambaForCausalLM"}}});
+    ModuleTree t = buildModuleTree(Checkpoint::open(d), std::nullopt);
+    QVERIFY(!t.knownArchitecture());
+    QCOMPARE(t.root().className, std::string("MambaForCausalLM"));
+    std::vector<std::string> names;
+    for (const auto& m : t.modules())
+        names.push_back(m.name);
+    QCOMPARE(names, (std::vector<std::string>{"", "backbone", "backbone.blocks", "backbone.blocks.0",
+                                              "backbone.blocks.0.mixer", "backbone.blocks.1",
+                                              "backbone.blocks.1.mixer", "backbone.blocks.2",
+                                              "backbone.blocks.2.mixer", "backbone.blocks.10",
+                                              "backbone.blocks.10.mixer", "backbone.embed", "head"}));
+    QCOMPARE(t.modules()[2].className, std::string("ModuleList"));
+    QCOMPARE(t.noSplitClasses(), std::vector<std::string>{"Layer"});
+    QCOMPARE(t.root().bytes, uint64_t((4 * 16 + 2 * 40) * 2));
+}
+void TestModuleTree::optWithoutModelPrefix()
+{
+    auto d = dir("opt");
+    const int64_t V = 50, H = 16, F = 32, P = 20, L = 2;
+    std::vector<fixtures::Tensor> ts{{"decoder.embed_tokens.weight", DType::F16, {V, H}},
+                                     {"decoder.embed_positions.weight", DType::F16, {P + 2, H}},
+                                     {"decoder.final_layer_norm.weight", DType::F16, {H}},
+                                     {"decoder.final_layer_norm.bias", DType::F16, {H}}};
+    for (int i = 0; i < L; ++i) {
+        std::string p = "decoder.layers." + std::to_string(i) + ".";
+        for (auto n : {"self_attn.k_proj", "self_attn.v_proj", "self_attn.q_proj", "self_attn.out_proj"}) {
+            ts.push_back({p + n + ".weight", DType::F16, {H, H}});
+            ts.push_back({p + n + ".bias", DType::F16, {H}});
+        }
+        for (auto n : {"self_attn_layer_norm", "final_layer_norm"}) {
+            ts.push_back({p + n + ".weight", DType::F16, {H}});
+            ts.push_back({p + n + ".bias", DType::F16, {H}});
+        }
+        ts.push_back({p + "fc1.weight", DType::F16, {F, H}});
+        ts.push_back({p + "fc1.bias", DType::F16, {F}});
+        ts.push_back({p + "fc2.weight", DType::F16, {H, F}});
+        ts.push_back({p + "fc2.bias", DType::F16, {H}});
+    }
+    fixtures::writeSafetensorsFile(d + "/model.safetensors", ts, false);
+    fixtures::writeJson(d + "/config.json", {{"model_type", "opt"}, {"vocab_size", V}, {"hidden_size", H},
+                                             {"ffn_dim", F}, {"max_position_embeddings", P},
+                                             {"num_hidden_layers", L}, {"torch_dtype", "float16"}});
+    ModuleTree t = buildModuleTree(Checkpoint::open(d), std::nullopt);
+    QVERIFY2(t.missing().empty(), t.missing().empty() ? "" : t.missing()[0].c_str());
+    QVERIFY(t.unexpected().empty());
+    QCOMPARE(t.modules()[size_t(t.find("model.decoder.embed_positions"))].className,
+             std::string("OPTLearnedPositionalEmbedding"));
+    QCOMPARE(t.modules()[size_t(t.find("model.decoder.layers.1"))].className, std::string("OPTDecoderLayer"));
+    QCOMPARE(t.tiedGroups()[0], (std::vector<std::string>{"lm_head.weight", "model.decoder.embed_tokens.weight"}));
+}
+void TestModuleTree::qwenVariants()
+{
+    for (const char* type : {"qwen2", "qwen3", "mistral"}) {
+        ModelConfig c = ModelConfig::parse(
+            nlohmann::json{{"model_type", type}, {"vocab_size", 10}, {"hidden_size", 8}, {"intermediate_size", 16},
+                           {"num_hidden_layers", 1}, {"num_attention_heads", 2}, {"num_key_value_heads", 1},
+                           {"head_dim", 4}}
+                .dump(),
+            "config.json");
+        auto d = dir(std::string("idx") + type);
+        fixtures::writeJson(d + "/config.json", c.raw());
+        // index-only keeps this test about the skeleton alone
+        std::vector<fixtures::Tensor> ts{{"model.embed_tokens.weight", DType::F32, {10, 8}}};
+        fixtures::writeSharded(d, ts, 1, false, false);
+        ModuleTree t = buildModuleTree(Checkpoint::open(d), DType::F32);
+        bool q2 = std::string(type) == "qwen2", q3 = std::string(type) == "qwen3";
+        QCOMPARE(t.findParam("model.layers.0.self_attn.q_proj.bias") >= 0, q2);
+        QCOMPARE(t.findParam("model.layers.0.self_attn.o_proj.bias") >= 0, false);
+        QCOMPARE(t.find("model.layers.0.self_attn.k_norm") >= 0, q3);
+        QCOMPARE(t.params()[size_t(t.findParam("model.layers.0.self_attn.k_proj.weight"))].shape,
+                 (std::vector<int64_t>{4, 8}));
+    }
+}
 
 QTEST_APPLESS_MAIN(TestModuleTree)
 #include "tst_moduletree.moc"

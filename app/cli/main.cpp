@@ -16,6 +16,9 @@ const char* kUsage =
     "\n"
     "commands:\n"
     "  inspect [PATH] [--dtype DT] [--json]   module tree with sizes\n"
+    "  plan    [PATH] [--max-memory DEV=SIZE]... [--strategy auto|balanced|balanced_low_0|sequential]\n"
+    "          [--dtype DT] [--no-split CLASS]... [--offload-buffers] [--kv-cache CTX[xBATCH]]\n"
+    "          [--device-map FILE] [--explain] [--report FILE] [--hardware PRESET|FILE.json] [--json] [-o FILE]\n"
     "\n"
     "PATH is a checkpoint folder, an index .json, a .safetensors/.bin file or a\n"
     "Hub cache folder (models--org--name); without it the bundled demo is used.\n";
@@ -34,6 +37,8 @@ int main(int argc, char** argv)
     try {
         if (command == "inspect")
             return stowage::cli::inspectCommand(args);
+        if (command == "plan")
+            return stowage::cli::planCommand(args);
         std::fprintf(stderr, "stowage-cli: unknown command '%s' (try --help)\n", command.c_str());
         return 2;
     } catch (const stowage::InputError& e) {

@@ -42,42 +42,42 @@ std::string asciiName(const std::string& s)
     return s.size() > 100 ? out + "..." : out;
 }
 
-struct NamedGlobal {
+struct AllowedGlobal {
     const char* module;
     const char* name;
     PickleGlobal global;
+    std::optional<DType> dtype;
 };
-constexpr NamedGlobal kFunctions[] = {
-    {"collections", "OrderedDict", PickleGlobal::OrderedDict},
-    {"torch._utils", "_rebuild_tensor_v2", PickleGlobal::RebuildTensorV2},
-    {"torch._utils", "_rebuild_tensor_v3", PickleGlobal::RebuildTensorV3},
-    {"torch._utils", "_rebuild_parameter", PickleGlobal::RebuildParameter},
-    {"torch._utils", "_rebuild_parameter_with_state", PickleGlobal::RebuildParameterWithState},
-    {"torch._tensor", "_rebuild_from_type_v2", PickleGlobal::RebuildFromTypeV2},
-    {"torch", "Tensor", PickleGlobal::TensorClass},
-    {"torch._tensor", "Tensor", PickleGlobal::TensorClass},
-    {"torch.nn.parameter", "Parameter", PickleGlobal::TensorClass},
-};
-
-struct NamedType {
-    const char* name;
-    DType dtype;
-};
-// The legacy typed storage classes torch still writes for the classic dtypes.
-constexpr NamedType kStorageClasses[] = {
-    {"FloatStorage", DType::F32}, {"HalfStorage", DType::F16},  {"BFloat16Storage", DType::BF16},
-    {"DoubleStorage", DType::F64}, {"LongStorage", DType::I64}, {"IntStorage", DType::I32},
-    {"ShortStorage", DType::I16}, {"CharStorage", DType::I8},   {"ByteStorage", DType::U8},
-    {"BoolStorage", DType::BOOL},
-};
-// torch.<dtype> attribute names; newer dtypes travel as UntypedStorage + dtype.
-constexpr NamedType kDTypes[] = {
-    {"float32", DType::F32}, {"float", DType::F32},   {"float16", DType::F16},   {"half", DType::F16},
-    {"bfloat16", DType::BF16}, {"float64", DType::F64}, {"double", DType::F64},  {"int64", DType::I64},
-    {"long", DType::I64},    {"int32", DType::I32},   {"int", DType::I32},       {"int16", DType::I16},
-    {"short", DType::I16},   {"int8", DType::I8},     {"uint8", DType::U8},      {"bool", DType::BOOL},
-    {"uint16", DType::U16},  {"uint32", DType::U32},  {"uint64", DType::U64},
-    {"float8_e5m2", DType::F8_E5M2}, {"float8_e4m3fn", DType::F8_E4M3},
+constexpr PickleGlobal kStorage = PickleGlobal::StorageClass, kDType = PickleGlobal::DType;
+// Everything torch.save() names for a state dict; all else is refused.
+constexpr AllowedGlobal kAllowed[] = {
+    {"collections", "OrderedDict", PickleGlobal::OrderedDict, {}},
+    {"torch._utils", "_rebuild_tensor_v2", PickleGlobal::RebuildTensorV2, {}},
+    {"torch._utils", "_rebuild_tensor_v3", PickleGlobal::RebuildTensorV3, {}},
+    {"torch._utils", "_rebuild_parameter", PickleGlobal::RebuildParameter, {}},
+    {"torch._utils", "_rebuild_parameter_with_state", PickleGlobal::RebuildParameterWithState, {}},
+    {"torch._tensor", "_rebuild_from_type_v2", PickleGlobal::RebuildFromTypeV2, {}},
+    {"torch", "Tensor", PickleGlobal::TensorClass, {}},
+    {"torch.nn.parameter", "Parameter", PickleGlobal::TensorClass, {}},
+    {"torch", "UntypedStorage", kStorage, {}}, {"torch.storage", "UntypedStorage", kStorage, {}},
+    // The legacy typed storage classes torch still writes for the classic dtypes.
+    {"torch", "FloatStorage", kStorage, DType::F32}, {"torch", "HalfStorage", kStorage, DType::F16},
+    {"torch", "BFloat16Storage", kStorage, DType::BF16}, {"torch", "DoubleStorage", kStorage, DType::F64},
+    {"torch", "LongStorage", kStorage, DType::I64}, {"torch", "IntStorage", kStorage, DType::I32},
+    {"torch", "ShortStorage", kStorage, DType::I16}, {"torch", "CharStorage", kStorage, DType::I8},
+    {"torch", "ByteStorage", kStorage, DType::U8}, {"torch", "BoolStorage", kStorage, DType::BOOL},
+    // torch.<dtype>: newer dtypes travel as UntypedStorage + dtype (_rebuild_tensor_v3).
+    {"torch", "float32", kDType, DType::F32}, {"torch", "float", kDType, DType::F32},
+    {"torch", "float16", kDType, DType::F16}, {"torch", "half", kDType, DType::F16},
+    {"torch", "bfloat16", kDType, DType::BF16}, {"torch", "float64", kDType, DType::F64},
+    {"torch", "double", kDType, DType::F64}, {"torch", "int64", kDType, DType::I64},
+    {"torch", "long", kDType, DType::I64}, {"torch", "int32", kDType, DType::I32},
+    {"torch", "int", kDType, DType::I32}, {"torch", "int16", kDType, DType::I16},
+    {"torch", "short", kDType, DType::I16}, {"torch", "int8", kDType, DType::I8},
+    {"torch", "uint8", kDType, DType::U8}, {"torch", "bool", kDType, DType::BOOL},
+    {"torch", "uint16", kDType, DType::U16}, {"torch", "uint32", kDType, DType::U32},
+    {"torch", "uint64", kDType, DType::U64}, {"torch", "float8_e5m2", kDType, DType::F8_E5M2},
+    {"torch", "float8_e4m3fn", kDType, DType::F8_E4M3},
 };
 
 // What a persistent id ('storage', type, key, location, numel) names: the
@@ -120,33 +120,18 @@ private:
 
 PickleObject TorchModel::global(const std::string& module, const std::string& name)
 {
-    PickleObject o;
-    for (const auto& f : kFunctions)
-        if (module == f.module && name == f.name) {
-            o.global = f.global;
+    for (const auto& g : kAllowed)
+        if (module == g.module && name == g.name) {
+            PickleObject o;
+            o.global = g.global;
+            o.dtype = g.dtype;
             return o;
         }
-    if (module == "torch" || module == "torch.storage") {
-        o.global = PickleGlobal::StorageClass;
-        if (name == "UntypedStorage")
-            return o;
-        for (const auto& s : kStorageClasses)
-            if (module == "torch" && name == s.name) {
-                o.dtype = s.dtype;
-                return o;
-            }
-        o.global = PickleGlobal::DType;
-        for (const auto& d : kDTypes)
-            if (module == "torch" && name == d.name) {
-                o.dtype = d.dtype;
-                return o;
-            }
-        if (name.size() > 7 && name.compare(name.size() - 7, 7, "Storage") == 0)
-            throw InputError(m_path, "tensor storage type '" + asciiName(module + "." + name) +
-                                         "' (complex or quantized) has no safetensors dtype and is not supported");
-    }
-    throw InputError(m_path, "refuses pickle global '" + asciiName(module + "." + name) +
-                                 "' (only tensors and plain containers are allowed)");
+    const std::string full = asciiName(module + "." + name);
+    if (module == "torch" && name.size() > 7 && name.compare(name.size() - 7, 7, "Storage") == 0)
+        throw InputError(m_path, "tensor storage type '" + full +
+                                     "' (complex or quantized) has no safetensors dtype and is not supported");
+    throw InputError(m_path, "refuses pickle global '" + full + "' (only tensors and plain containers are allowed)");
 }
 
 PickleRef TorchModel::call(Unpickler& u, PickleRef callable, const std::vector<PickleRef>& args)
@@ -413,8 +398,3 @@ std::vector<TensorInfo> parseTorchBin(const uint8_t* data, uint64_t size, const 
 }
 
 } // namespace stowage
-
-// TEMPORARY: engine/core/CMakeLists.txt does not list these yet. Remove both
-// lines in the same change that adds zipreader.cpp and unpickler.cpp there.
-#include "unpickler.cpp"
-#include "zipreader.cpp"

@@ -1,8 +1,9 @@
 // The opcode interpreter follows CPython's Lib/pickle.py (_Unpickler) for the
 // subset torch.save() emits at protocol 2, plus the protocol 3-5 opcodes newer
-// picklers use for the same values; globals mean only what the model says. Objects live in one arena and refer to each
-// other by index, so shared and even cyclic references (which a hostile file
-// can build with BINGET) cost nothing to hold or to free.
+// picklers use for the same values; globals mean only what the model says.
+// Objects live in one arena and refer to each other by index, so shared and
+// even cyclic references (which a hostile file can build with BINGET) cost
+// nothing to hold or to free.
 #include "unpickler.h"
 
 #include "stowage/error.h"
@@ -13,9 +14,9 @@ namespace stowage {
 namespace {
 
 // Bounds that keep a hostile data.pkl from exhausting memory: an honest
-// state dict needs about a dozen objects per tensor, so 2M objects (about
-// 150 MB at worst) allow over 150k tensors, and torch nests MARKs 3 deep.
-constexpr size_t kMaxObjects = size_t(1) << 21;
+// state dict needs about ten objects per tensor, so 1M objects (under 100 MB
+// at worst) still allow some 100k tensors per file; torch nests MARKs 3 deep.
+constexpr size_t kMaxObjects = size_t(1) << 20;
 constexpr size_t kMaxMarks = 1000;
 constexpr size_t kMaxGlobalName = 256;
 
@@ -51,11 +52,11 @@ Unpickler::Unpickler(const uint8_t* data, uint64_t size, const std::string& path
     boolean.kind = PickleKind::Bool;
     PickleObject tuple;
     tuple.kind = PickleKind::Tuple;
-    make(none);          // kNone
-    make(boolean);       // kFalse
+    make(none);    // kNone
+    make(boolean); // kFalse
     boolean.num = 1;
-    make(boolean);       // kTrue
-    make(tuple);         // kEmptyTuple: immutable, so one suffices for every ()
+    make(boolean); // kTrue
+    make(tuple);   // kEmptyTuple: immutable, so one suffices for every ()
 }
 
 void Unpickler::fail(const std::string& problem) const

@@ -1,0 +1,382 @@
+// Decode-speed estimate of a placement, hardware presets and their JSON form.
+//
+// The model is deliberately a roofline with no fitted constants: decoding one
+// token reads every weight once and does ~2 FLOPs per parameter, so at batch
+// size 1 each device's time is max(bytes / bandwidth, flops / FLOP/s), and the
+// bandwidth that matters is whichever link those bytes cross on their way to
+// the device that multiplies them. Anything finer (kernel efficiency, launch
+// overhead, KV-cache reads) shifts all placements alike and would only add
+// numbers nobody can check.
+#include "stowage/costmodel.h"
+
+#include "stowage/error.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <map>
+#include <optional>
+
+namespace stowage {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// Vendor datasheet figures. Sizes are in GB = 1e9 bytes because that is how
+// vendors state them ("H200 141 GB" = 141e9 bytes); bandwidths in bytes/s.
+struct GpuSpec {
+    const char* key;
+    const char* name;
+    double memoryGB;
+    double bandwidthGBs;
+    int pcieGen;
+    double tflops; // dense fp16/bf16 tensor-core
+};
+constexpr GpuSpec kGpus[] = {
+    {"rtx3090", "NVIDIA GeForce RTX 3090", 24, 936, 4, 71},
+    {"rtx4090", "NVIDIA GeForce RTX 4090", 24, 1008, 4, 165},
+    {"l4", "NVIDIA L4", 24, 300, 4, 121},
+    {"a100-40gb", "NVIDIA A100 40GB", 40, 1555, 4, 312},
+    {"a100-80gb", "NVIDIA A100 80GB", 80, 2039, 4, 312},
+    {"h100-80gb", "NVIDIA H100 80GB", 80, 3350, 5, 989},
+    {"h200", "NVIDIA H200", 141, 4800, 5, 989},
+    {"t4", "NVIDIA T4", 16, 320, 3, 65},
+};
+
+// Achievable host->device copy rates for an x16 link. Pageable copies go
+// through a driver staging buffer, so they reach about half the pinned rate.
+void setPcie(GpuProfile& g, int gen)
+{
+    const double pinnedGBs = gen >= 5 ? 50 : gen == 4 ? 24 : 12;
+    const double pageableGBs = gen >= 5 ? 20 : gen == 4 ? 12 : 6;
+    g.h2dPinned = pinnedGBs * 1e9;
+    g.h2dPageable = pageableGBs * 1e9;
+}
+
+GpuProfile gpuFromSpec(const GpuSpec& s)
+{
+    GpuProfile g;
+    g.name = s.name;
+    g.memoryBytes = static_cast<uint64_t>(s.memoryGB * 1e9);
+    g.memoryBandwidth = s.bandwidthGBs * 1e9;
+    setPcie(g, s.pcieGen);
+    g.flops = s.tflops * 1e12;
+    return g;
+}
+
+std::string lower(std::string s)
+{
+    for (char& c : s)
+        c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+}
+
+std::string knownList()
+{
+    std::string out;
+    for (const auto& n : hardwarePresetNames())
+        out += (out.empty() ? "" : ", ") + n;
+    return out;
+}
+
+// One part of a device's step time and what limits it.
+struct Cost {
+    double seconds = 0;
+    std::string bottleneck;
+};
+// Work that overlaps (a copy hidden behind compute): the slowest part wins.
+Cost overlap(std::initializer_list<Cost> parts)
+{
+    Cost out;
+    for (const Cost& c : parts)
+        if (c.seconds > out.seconds || out.bottleneck.empty())
+            out = c;
+    return out;
+}
+// Work that runs one after the other: times add, the largest names it.
+Cost then(const Cost& a, const Cost& b)
+{
+    return {a.seconds + b.seconds, a.seconds >= b.seconds ? a.bottleneck : b.bottleneck};
+}
+
+// A hand-made profile with a zero rate would give inf; say which rate instead.
+double rate(double value, const std::string& what, const HardwareProfile& p)
+{
+    if (!(value > 0) || !std::isfinite(value))
+        throw InputError(p.name, what + " must be a positive number of per-second units to estimate decode speed");
+    return value;
+}
+
+} // namespace
+
+std::vector<std::string> hardwarePresetNames()
+{
+    std::vector<std::string> out;
+    for (const auto& s : kGpus)
+        out.emplace_back(s.key);
+    out.emplace_back("this-machine");
+    return out;
+}
+
+HardwareProfile hardwarePreset(const std::string& raw)
+{
+    const std::string name = lower(raw);
+    if (name == "this-machine")
+        return measureThisMachine();
+    // "NxNAME": a GPU count, then the single-GPU preset.
+    size_t digits = 0;
+    while (digits < name.size() && std::isdigit(static_cast<unsigned char>(name[digits])))
+        ++digits;
+    int count = 1;
+    std::string key = name;
+    if (digits > 0 && digits < name.size() && name[digits] == 'x') {
+        count = digits <= 3 ? std::stoi(name.substr(0, digits)) : 0;
+        key = name.substr(digits + 1);
+        if (count < 1 || count > 64)
+            throw InputError("", "hardware preset '" + raw + "' asks for " + name.substr(0, digits) +
+                                     " GPUs; use 1 to 64");
+    }
+    const auto it = std::find_if(std::begin(kGpus), std::end(kGpus), [&](const GpuSpec& s) { return key == s.key; });
+    if (it == std::end(kGpus))
+        throw InputError("", "unknown hardware preset '" + raw + "' (known: " + knownList() + ", or NxNAME such as 2xrtx4090)");
+
+    HardwareProfile p;
+    p.gpus.assign(static_cast<size_t>(count), gpuFromSpec(*it));
+    // A typical host for such a card: dual-channel-plus DDR, one NVMe drive.
+    p.ramBytes = 64'000'000'000ULL;
+    p.ramBandwidth = 50e9;
+    p.diskReadBandwidth = 3e9;
+    p.cpuFlops = 1e12;
+    p.simulated = true;
+    p.name = (count > 1 ? std::to_string(count) + "x " : std::string()) + it->name + " + 64 GB RAM";
+    return p;
+}
+
+CostEstimate estimateDecode(const std::vector<std::pair<Device, uint64_t>>& placement, uint64_t flopsPerToken,
+                            const HardwareProfile& profile, ExecutionPolicy policy)
+{
+    // Device order, duplicates merged, empty devices dropped: the planner may
+    // report a device with no weights, and it costs nothing.
+    std::map<Device, uint64_t> bytesOn;
+    uint64_t total = 0;
+    for (const auto& [device, bytes] : placement) {
+        if (bytes == 0)
+            continue;
+        bytesOn[device] += bytes;
+        total += bytes;
+    }
+    CostEstimate est;
+    if (total == 0)
+        return est;
+
+    auto gpuProfile = [&](int index) -> const GpuProfile& {
+        if (profile.gpus.empty())
+            throw InputError(profile.name, "the placement puts weights on GPU " + std::to_string(index) +
+                                               " but the hardware profile has no GPU");
+        return profile.gpus[std::min(static_cast<size_t>(std::max(index, 0)), profile.gpus.size() - 1)];
+    };
+    // Like Accelerate, the first GPU of the map is the execution device: the
+    // one offloaded layers are copied to and run on.
+    std::optional<int> execGpu;
+    if (bytesOn.begin()->first.kind == Device::Gpu)
+        execGpu = bytesOn.begin()->first.index;
+
+    auto gpuCompute = [&](const GpuProfile& g, double bytes, double flops) {
+        return overlap({{bytes / rate(g.memoryBandwidth, "GPU memory bandwidth", profile), "HBM read"},
+                        {flops / rate(g.flops, "GPU FLOP/s", profile), "compute"}});
+    };
+    auto cpuCompute = [&](double bytes, double flops) {
+        return overlap({{bytes / rate(profile.ramBandwidth, "RAM bandwidth", profile), "RAM read"},
+                        {flops / rate(profile.cpuFlops, "CPU FLOP/s", profile), "compute"}});
+    };
+    // Weights that sit in RAM at the start of a step.
+    auto ramResident = [&](double bytes, double flops) -> Cost {
+        if (!execGpu || policy == ExecutionPolicy::ComputeWhereItLives)
+            return cpuCompute(bytes, flops);
+        const GpuProfile& g = gpuProfile(*execGpu);
+        if (policy == ExecutionPolicy::AccelerateLike) // copy, then compute: nothing overlaps
+            return then({bytes / rate(g.h2dPageable, "pageable host-to-device bandwidth", profile), "PCIe pageable copy"},
+                        gpuCompute(g, bytes, flops));
+        // Prefetch: the next layer's copy runs while this one computes.
+        const Cost copy{bytes / rate(g.h2dPinned, "pinned host-to-device bandwidth", profile), "PCIe pinned copy"};
+        return overlap({copy, gpuCompute(g, bytes, flops)});
+    };
+
+    for (const auto& [device, bytes] : bytesOn) {
+        const double b = static_cast<double>(bytes);
+        // Compute splits like the bytes: FLOPs per weight are about uniform.
+        const double flops = static_cast<double>(flopsPerToken) * b / static_cast<double>(total);
+        Cost c;
+        switch (device.kind) {
+        case Device::Gpu:
+            // GPUs of a split map run one after another (pipeline without
+            // overlap at batch 1), so their times add; the hidden state that
+            // hops between them is kilobytes, microseconds, left out.
+            c = gpuCompute(gpuProfile(device.index), b, flops);
+            break;
+        case Device::Cpu:
+            c = ramResident(b, flops);
+            break;
+        case Device::Disk:
+            // Offloaded to disk: read from the drive into RAM each step, then
+            // on as RAM-resident weights. The page cache is ignored, because
+            // a model offloaded to disk is one that does not fit in RAM.
+            c = then({b / rate(profile.diskReadBandwidth, "disk read bandwidth", profile), "disk read"},
+                     ramResident(b, flops));
+            break;
+        }
+        DeviceShare share;
+        share.device = device;
+        share.weightBytes = bytes;
+        share.seconds = c.seconds;
+        share.bottleneck = c.bottleneck;
+        est.devices.push_back(share);
+        est.secondsPerToken += c.seconds;
+    }
+    for (auto& d : est.devices)
+        d.share = est.secondsPerToken > 0 ? d.seconds / est.secondsPerToken : 0;
+    est.tokensPerSecond = est.secondsPerToken > 0 ? 1.0 / est.secondsPerToken : 0;
+    return est;
+}
+
+// ---- JSON ------------------------------------------------------------------
+
+std::string profileToJson(const HardwareProfile& p)
+{
+    Json j;
+    j["name"] = p.name;
+    j["simulated"] = p.simulated;
+    j["ramBytes"] = p.ramBytes;
+    j["ramBandwidth"] = p.ramBandwidth;
+    j["diskReadBandwidth"] = p.diskReadBandwidth;
+    j["cpuFlops"] = p.cpuFlops;
+    j["gpus"] = Json::array();
+    for (const auto& g : p.gpus) {
+        Json o;
+        o["name"] = g.name;
+        o["memoryBytes"] = g.memoryBytes;
+        o["memoryBandwidth"] = g.memoryBandwidth;
+        o["h2dPinned"] = g.h2dPinned;
+        o["h2dPageable"] = g.h2dPageable;
+        o["flops"] = g.flops;
+        j["gpus"].push_back(std::move(o));
+    }
+    return j.dump(2) + "\n";
+}
+
+namespace {
+
+// Reads one object of a profile; `m_where` ("", "gpus[1]: ") prefixes every
+// problem so a user editing a long file finds the bad entry.
+class ObjectReader {
+public:
+    ObjectReader(const Json& obj, const std::string& path, std::string where,
+                 std::initializer_list<const char*> allowed)
+        : m_obj(obj), m_path(path), m_where(std::move(where))
+    {
+        if (!m_obj.is_object())
+            fail("must be a JSON object");
+        // Unknown fields are rejected so a misspelt optional field is not
+        // silently ignored.
+        for (const auto& item : m_obj.items())
+            if (std::none_of(allowed.begin(), allowed.end(), [&](const char* a) { return item.key() == a; }))
+                fail("unknown field \"" + item.key() + "\"");
+    }
+
+    [[noreturn]] void fail(const std::string& problem) const
+    {
+        throw InputError(m_path, (m_where.empty() ? "hardware profile " : m_where) + problem);
+    }
+
+    const Json& field(const char* key) const
+    {
+        auto it = m_obj.find(key);
+        if (it == m_obj.end())
+            fail(std::string("is missing field \"") + key + "\"");
+        return *it;
+    }
+    std::string text(const char* key) const
+    {
+        const Json& v = field(key);
+        if (!v.is_string())
+            fail(std::string("field \"") + key + "\" must be a string");
+        return v.get<std::string>();
+    }
+    double positive(const char* key) const
+    {
+        const Json& v = field(key);
+        if (!v.is_number())
+            fail(std::string("field \"") + key + "\" must be a number");
+        const double d = v.get<double>();
+        if (!(d > 0))
+            fail(std::string("field \"") + key + "\" must be positive, got " + v.dump());
+        return d;
+    }
+    uint64_t bytes(const char* key) const
+    {
+        const Json& v = field(key);
+        if (v.is_number_unsigned())
+            return v.get<uint64_t>();
+        // 24e9 is a float in JSON; accept it when it is a whole byte count.
+        const double d = v.is_number() ? v.get<double>() : -1;
+        if (!v.is_number() || d < 0 || d >= 1.8e19 || std::floor(d) != d)
+            fail(std::string("field \"") + key + "\" must be a non-negative whole number of bytes, got " + v.dump());
+        return static_cast<uint64_t>(d);
+    }
+
+private:
+    const Json& m_obj;
+    const std::string& m_path;
+    std::string m_where;
+};
+
+} // namespace
+
+HardwareProfile profileFromJson(const std::string& text, const std::string& path)
+{
+    Json j;
+    try {
+        j = Json::parse(text);
+    } catch (const Json::parse_error& e) {
+        // Drop nlohmann's "[json.exception.parse_error.101] " prefix.
+        std::string msg = e.what();
+        const size_t cut = msg.find("] ");
+        throw InputError(path, "not valid JSON: " + (cut == std::string::npos ? msg : msg.substr(cut + 2)));
+    }
+    const ObjectReader top(j, path, "",
+                           {"name", "simulated", "ramBytes", "ramBandwidth", "diskReadBandwidth", "cpuFlops", "gpus"});
+    HardwareProfile p;
+    p.name = top.text("name");
+    p.ramBytes = top.bytes("ramBytes");
+    p.ramBandwidth = top.positive("ramBandwidth");
+    p.diskReadBandwidth = top.positive("diskReadBandwidth");
+    p.cpuFlops = top.positive("cpuFlops");
+    // Optional: a profile a user wrote by hand describes some machine, but
+    // not necessarily this one; absent means "not simulated", as measured.
+    if (auto it = j.find("simulated"); it != j.end()) {
+        if (!it->is_boolean())
+            top.fail("field \"simulated\" must be true or false");
+        p.simulated = it->get<bool>();
+    }
+    const Json& gpus = top.field("gpus");
+    if (!gpus.is_array())
+        top.fail("field \"gpus\" must be an array");
+    for (size_t i = 0; i < gpus.size(); ++i) {
+        const ObjectReader r(gpus[i], path, "gpus[" + std::to_string(i) + "] ",
+                             {"name", "memoryBytes", "memoryBandwidth", "h2dPinned", "h2dPageable", "flops"});
+        GpuProfile g;
+        g.name = r.text("name");
+        g.memoryBytes = r.bytes("memoryBytes");
+        g.memoryBandwidth = r.positive("memoryBandwidth");
+        g.h2dPinned = r.positive("h2dPinned");
+        g.h2dPageable = r.positive("h2dPageable");
+        g.flops = r.positive("flops");
+        p.gpus.push_back(std::move(g));
+    }
+    return p;
+}
+
+} // namespace stowage

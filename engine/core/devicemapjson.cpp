@@ -1,0 +1,79 @@
+// Device maps as JSON, in the form transformers keeps in model.hf_device_map
+// and accepts as from_pretrained(device_map=...), and checks of a user's map.
+#include "stowage/error.h"
+#include "stowage/planner.h"
+
+#include <nlohmann/json.hpp>
+
+#include <unordered_map>
+
+namespace stowage {
+
+std::string deviceMapToJson(const DeviceMap& map, int indent)
+{
+    nlohmann::ordered_json j = nlohmann::ordered_json::object();
+    for (const auto& [k, d] : map) {
+        if (d.kind == Device::Gpu)
+            j[k] = d.index;
+        else
+            j[k] = d.name();
+    }
+    return j.dump(indent);
+}
+
+DeviceMap deviceMapFromJson(const std::string& text, const std::string& path)
+{
+    nlohmann::ordered_json j;
+    try {
+        j = nlohmann::ordered_json::parse(text);
+    } catch (const nlohmann::json::exception& e) {
+        throw InputError(path, std::string("device map is not valid JSON: ") + e.what());
+    }
+    if (!j.is_object())
+        throw InputError(path, "device map must be a JSON object of module name -> device");
+    DeviceMap map;
+    for (auto it = j.begin(); it != j.end(); ++it) {
+        const auto& v = it.value();
+        std::optional<Device> d;
+        if (v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < 4096)
+            d = Device::gpu(int(v.get<int64_t>()));
+        else if (v.is_string())
+            d = Device::parse(v.get<std::string>());
+        if (!d)
+            throw InputError(path, "module '" + it.key() + "' has device " + v.dump() +
+                                       ", expected a GPU index, \"cpu\" or \"disk\"");
+        map.emplace_back(it.key(), *d);
+    }
+    return map;
+}
+
+MapCheck validateDeviceMap(const ModuleTree& tree, const DeviceMap& map)
+{
+    MapCheck out;
+    for (const auto& [k, d] : map)
+        if (!k.empty() && tree.find(k) < 0 && tree.findParam(k) < 0)
+            out.warnings.push_back("key '" + k + "' matches no module or parameter of the model");
+    for (const auto& p : tree.params()) {
+        if (!deviceFor(map, p.name)) {
+            out.errors.push_back("tensor '" + p.name + "' is not covered by the device map");
+            break; // the first one says enough
+        }
+    }
+    for (const auto& g : tree.tiedGroups()) {
+        std::optional<Device> first;
+        for (const auto& name : g) {
+            auto d = deviceFor(map, name);
+            if (!d)
+                continue;
+            if (first && *d != *first) {
+                out.errors.push_back("tied parameters " + g[0] + " and " + name + " are on different devices (" +
+                                     first->name() + " and " + d->name() + "); they share one weight");
+                break;
+            }
+            first = d;
+        }
+    }
+    return out;
+}
+
+} // namespace stowage

@@ -1,0 +1,398 @@
+// What this machine has: RAM from /proc/meminfo, RAM bandwidth and CPU FLOP/s
+// from a quick self-test, GPUs from NVML loaded at run time (so the engine
+// builds and runs without an NVIDIA driver).
+#include "stowage/costmodel.h"
+
+#include <dlfcn.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <new>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define STOWAGE_X86_SIMD 1
+#endif
+
+namespace stowage {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double secondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// A /proc/meminfo line in bytes ("MemAvailable:  24104072 kB"); 0 when absent.
+uint64_t meminfo(const char* key)
+{
+    std::ifstream in("/proc/meminfo");
+    std::string line;
+    const size_t n = std::strlen(key);
+    while (std::getline(in, line))
+        if (line.compare(0, n, key) == 0 && line.size() > n && line[n] == ':')
+            return std::strtoull(line.c_str() + n + 1, nullptr, 10) * 1024;
+    return 0;
+}
+
+// CPUs this process may run on (a container's cpuset, taskset), not all the
+// host has: the self-tests should load exactly what decoding could use.
+unsigned usableCpus()
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
+        return static_cast<unsigned>(CPU_COUNT(&set));
+    return std::max(1u, std::thread::hardware_concurrency());
+}
+
+// Runs fn(thread index) on `threads` threads and waits for all of them.
+template <typename Fn>
+void parallel(unsigned threads, Fn fn)
+{
+    std::vector<std::thread> pool;
+    for (unsigned t = 1; t < threads; ++t)
+        pool.emplace_back(fn, t);
+    fn(0u);
+    for (auto& th : pool)
+        th.join();
+}
+
+// RAM read bandwidth: all usable cores sum a 256 MiB buffer, best of 3. All
+// cores, because one core cannot saturate a multi-channel memory controller
+// and CPU decoding is multithreaded. 256 MiB is well past any cache.
+double measureRamBandwidth()
+{
+    uint64_t size = 256ULL << 20;
+    if (const uint64_t avail = meminfo("MemAvailable"); avail > 0)
+        size = std::min(size, std::max<uint64_t>(16ULL << 20, avail / 8)); // don't push a small machine into swap
+    const size_t words = size / sizeof(uint64_t);
+    // Uninitialised (each thread first-touches its own slice) and on normal
+    // pages, not madvise'd huge pages: weights are read from mmapped files on
+    // 4 KiB pages, and huge pages (fewer TLB misses) read up to 2x faster here,
+    // which decoding would not see.
+    std::unique_ptr<uint64_t[]> memory(new (std::nothrow) uint64_t[words]);
+    if (!memory)
+        return 0; // the caller falls back to a default
+    uint64_t* buffer = memory.get();
+    const unsigned threads = std::min<unsigned>(usableCpus(), 64);
+    const size_t slice = words / threads;
+    auto range = [&](unsigned t) {
+        return std::pair<size_t, size_t>(t * slice, t + 1 == threads ? words : (t + 1) * slice);
+    };
+    parallel(threads, [&](unsigned t) {
+        auto [b, e] = range(t);
+        for (size_t i = b; i < e; ++i)
+            buffer[i] = i;
+    });
+    std::atomic<uint64_t> sink{0};
+    double best = 0;
+    for (int pass = 0; pass < 3; ++pass) {
+        const auto t0 = Clock::now();
+        parallel(threads, [&](unsigned t) {
+            auto [b, e] = range(t);
+            // Four accumulators so the adds are not one dependency chain.
+            uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+            size_t i = b;
+            for (; i + 4 <= e; i += 4) {
+                s0 += buffer[i];
+                s1 += buffer[i + 1];
+                s2 += buffer[i + 2];
+                s3 += buffer[i + 3];
+            }
+            for (; i < e; ++i)
+                s0 += buffer[i];
+            sink += s0 + s1 + s2 + s3; // keeps the loop from being optimised away
+        });
+        const double s = secondsSince(t0);
+        if (s > 0)
+            best = std::max(best, static_cast<double>(words * sizeof(uint64_t)) / s);
+    }
+    return best;
+}
+
+// FLOP/s of one thread spinning multiply-adds on registers for ~`seconds`.
+// Eight independent accumulators cover the FMA latency (4 cycles, 2 ports).
+// Each kernel variant is compiled for its instruction set and picked at run
+// time, so a baseline x86-64 build still measures what AVX2/AVX-512 BLAS gets.
+#ifdef STOWAGE_X86_SIMD
+#define STOWAGE_FMA_KERNEL(NAME, TARGET, VEC, SET1, FMA, ADD, STORE, LANES)                                  \
+    __attribute__((target(TARGET))) double NAME(double seconds)                                              \
+    {                                                                                                        \
+        VEC a0 = SET1(1.0f), a1 = SET1(1.1f), a2 = SET1(1.2f), a3 = SET1(1.3f);                              \
+        VEC a4 = SET1(1.4f), a5 = SET1(1.5f), a6 = SET1(1.6f), a7 = SET1(1.7f);                              \
+        const VEC m = SET1(0.999999f), c = SET1(1e-6f); /* converges to 1: no overflow, no denormals */     \
+        const int kInner = 4096;                                                                             \
+        uint64_t iterations = 0;                                                                             \
+        const auto t0 = Clock::now();                                                                        \
+        double elapsed = 0;                                                                                  \
+        do {                                                                                                 \
+            for (int i = 0; i < kInner; ++i) {                                                               \
+                a0 = FMA(a0, m, c); a1 = FMA(a1, m, c); a2 = FMA(a2, m, c); a3 = FMA(a3, m, c);              \
+                a4 = FMA(a4, m, c); a5 = FMA(a5, m, c); a6 = FMA(a6, m, c); a7 = FMA(a7, m, c);              \
+            }                                                                                                \
+            iterations += kInner;                                                                            \
+            elapsed = secondsSince(t0);                                                                      \
+        } while (elapsed < seconds);                                                                         \
+        alignas(64) float out[LANES];                                                                        \
+        STORE(out, ADD(ADD(ADD(a0, a1), ADD(a2, a3)), ADD(ADD(a4, a5), ADD(a6, a7))));                       \
+        volatile float keep = out[0];                                                                        \
+        (void)keep;                                                                                          \
+        return static_cast<double>(iterations) * 8 * LANES * 2 / elapsed;                                   \
+    }
+
+// SSE has no FMA: a separate multiply and add, still 2 FLOPs per lane.
+#define STOWAGE_SSE_FMA(a, b, c) _mm_add_ps(_mm_mul_ps(a, b), c)
+STOWAGE_FMA_KERNEL(flopsSse, "sse2", __m128, _mm_set1_ps, STOWAGE_SSE_FMA, _mm_add_ps, _mm_store_ps, 4)
+STOWAGE_FMA_KERNEL(flopsAvx2, "avx2,fma", __m256, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_add_ps, _mm256_store_ps, 8)
+STOWAGE_FMA_KERNEL(flopsAvx512, "avx512f", __m512, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps, _mm512_store_ps,
+                   16)
+#undef STOWAGE_SSE_FMA
+#undef STOWAGE_FMA_KERNEL
+#endif
+
+double flopsOneThread(double seconds)
+{
+#ifdef STOWAGE_X86_SIMD
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f"))
+        return flopsAvx512(seconds);
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return flopsAvx2(seconds);
+    return flopsSse(seconds);
+#else
+    // Portable fallback: the compiler may vectorise it; either way a floor.
+    float a[16];
+    for (int i = 0; i < 16; ++i)
+        a[i] = 1.0f + 0.1f * static_cast<float>(i);
+    uint64_t iterations = 0;
+    const auto t0 = Clock::now();
+    double elapsed = 0;
+    do {
+        for (int k = 0; k < 4096; ++k)
+            for (float& x : a)
+                x = x * 0.999999f + 1e-6f;
+        iterations += 4096;
+        elapsed = secondsSince(t0);
+    } while (elapsed < seconds);
+    volatile float keep = a[0];
+    (void)keep;
+    return static_cast<double>(iterations) * 16 * 2 / elapsed;
+#endif
+}
+
+// All usable cores at once, so SMT siblings sharing FMA units count once.
+double measureCpuFlops()
+{
+    const unsigned threads = std::min<unsigned>(usableCpus(), 256);
+    std::vector<double> perThread(threads, 0);
+    parallel(threads, [&](unsigned t) { perThread[t] = flopsOneThread(0.02); });
+    double sum = 0;
+    for (double f : perThread)
+        sum += f;
+    return sum;
+}
+
+// ---- NVML, loaded at run time ------------------------------------------------
+// The few declarations we use, from NVML's documented C API (nvml.h is not
+// installed here, and linking it would tie the build to a driver).
+struct NvmlDeviceOpaque;
+using NvmlDevice = NvmlDeviceOpaque*;
+struct NvmlMemory {
+    unsigned long long total;
+    unsigned long long free;
+    unsigned long long used;
+};
+using NvmlVoidFn = int (*)();
+using NvmlCountFn = int (*)(unsigned int*);
+using NvmlHandleFn = int (*)(unsigned int, NvmlDevice*);
+using NvmlNameFn = int (*)(NvmlDevice, char*, unsigned int);
+using NvmlMemoryFn = int (*)(NvmlDevice, NvmlMemory*);
+
+struct NvmlGpu {
+    std::string name;
+    uint64_t totalBytes = 0;
+    uint64_t freeBytes = 0;
+};
+
+// dlsym returns an object pointer; copying its bits is the portable way to
+// turn it into a function pointer without a -Wpedantic cast warning.
+template <typename Fn>
+Fn symbol(void* lib, const char* name)
+{
+    void* p = dlsym(lib, name);
+    Fn fn = nullptr;
+    static_assert(sizeof(fn) == sizeof(p), "function and object pointers differ in size");
+    std::memcpy(&fn, &p, sizeof(p));
+    return fn;
+}
+
+// CUDA numbers only the GPUs CUDA_VISIBLE_DEVICES lists, in its order, and
+// stops at the first entry that is not a device. Entries given as UUIDs or
+// MIG names are not mapped here: then every NVML device is reported.
+std::vector<unsigned> cudaOrder(unsigned count)
+{
+    std::vector<unsigned> all(count);
+    for (unsigned i = 0; i < count; ++i)
+        all[i] = i;
+    const char* env = std::getenv("CUDA_VISIBLE_DEVICES");
+    if (!env)
+        return all;
+    std::vector<unsigned> out;
+    std::stringstream list(env);
+    std::string item;
+    while (std::getline(list, item, ',')) {
+        item.erase(std::remove_if(item.begin(), item.end(), [](unsigned char c) { return std::isspace(c); }),
+                   item.end());
+        if (!item.empty() && std::isalpha(static_cast<unsigned char>(item[0])))
+            return all;
+        char* end = nullptr;
+        const long v = std::strtol(item.c_str(), &end, 10);
+        if (item.empty() || *end != '\0' || v < 0 || v >= static_cast<long>(count) ||
+            std::find(out.begin(), out.end(), static_cast<unsigned>(v)) != out.end())
+            break;
+        out.push_back(static_cast<unsigned>(v));
+    }
+    return out;
+}
+
+// GPUs in CUDA index order; empty when there is no driver (dlopen fails).
+std::vector<NvmlGpu> queryNvml()
+{
+    std::vector<NvmlGpu> out;
+    void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib)
+        return out;
+    auto init = symbol<NvmlVoidFn>(lib, "nvmlInit_v2");
+    auto shutdown = symbol<NvmlVoidFn>(lib, "nvmlShutdown");
+    auto getCount = symbol<NvmlCountFn>(lib, "nvmlDeviceGetCount_v2");
+    auto getHandle = symbol<NvmlHandleFn>(lib, "nvmlDeviceGetHandleByIndex_v2");
+    auto getName = symbol<NvmlNameFn>(lib, "nvmlDeviceGetName");
+    auto getMemory = symbol<NvmlMemoryFn>(lib, "nvmlDeviceGetMemoryInfo");
+    unsigned count = 0;
+    if (init && shutdown && getCount && getHandle && getName && getMemory && init() == 0) {
+        if (getCount(&count) == 0) {
+            for (unsigned index : cudaOrder(count)) {
+                NvmlDevice dev = nullptr;
+                NvmlMemory mem{};
+                char name[96] = {};
+                if (getHandle(index, &dev) != 0 || getMemory(dev, &mem) != 0)
+                    continue;
+                if (getName(dev, name, sizeof(name)) != 0)
+                    std::strcpy(name, "NVIDIA GPU");
+                out.push_back({name, mem.total, mem.free});
+            }
+        }
+        shutdown();
+    }
+    dlclose(lib);
+    return out;
+}
+
+// Lower-case alphanumeric words: "NVIDIA A100-SXM4-80GB" -> nvidia a100 sxm4 80gb.
+std::vector<std::string> words(const std::string& s)
+{
+    std::vector<std::string> out(1);
+    for (char ch : s) {
+        const auto c = static_cast<unsigned char>(ch);
+        if (std::isalnum(c))
+            out.back().push_back(static_cast<char>(std::tolower(c)));
+        else if (!out.back().empty())
+            out.emplace_back();
+    }
+    if (out.back().empty())
+        out.pop_back();
+    return out;
+}
+
+// Datasheet bandwidths for a GPU NVML names. A preset matches when its model
+// ("a100" of "a100-40gb", "rtx4090") is a word of the name, or two adjacent
+// words ("RTX 4090"); whole words, so "L40S" is not an "L4". Among matches the
+// preset memory closest to the card's picks the variant (A100 40 vs 80 GB).
+GpuProfile gpuFromNvml(const NvmlGpu& nv)
+{
+    const auto w = words(nv.name);
+    std::vector<std::string> candidates = w;
+    for (size_t i = 0; i + 1 < w.size(); ++i)
+        candidates.push_back(w[i] + w[i + 1]);
+    std::optional<GpuProfile> best;
+    for (const auto& key : hardwarePresetNames()) {
+        if (key == "this-machine")
+            continue;
+        const std::string model = key.substr(0, key.find('-'));
+        if (std::find(candidates.begin(), candidates.end(), model) == candidates.end())
+            continue;
+        GpuProfile g = hardwarePreset(key).gpus.front();
+        auto distance = [&](const GpuProfile& p) {
+            return std::abs(static_cast<double>(p.memoryBytes) - static_cast<double>(nv.totalBytes));
+        };
+        if (!best || distance(g) < distance(*best))
+            best = g;
+    }
+    GpuProfile g;
+    if (best) {
+        g = *best;
+    } else {
+        // Unknown card: a modest PCIe 4 GPU, so plans are not oversold.
+        g.memoryBandwidth = 500e9;
+        g.h2dPinned = 24e9;
+        g.h2dPageable = 12e9;
+        g.flops = 50e12;
+    }
+    g.name = nv.name;
+    g.memoryBytes = nv.totalBytes;
+    return g;
+}
+
+} // namespace
+
+HardwareProfile measureThisMachine()
+{
+    HardwareProfile p;
+    p.simulated = false;
+    p.ramBytes = meminfo("MemTotal");
+    p.ramBandwidth = measureRamBandwidth();
+    if (!(p.ramBandwidth > 0))
+        p.ramBandwidth = 20e9; // could not allocate the buffer: a dual-channel DDR4 figure
+    p.cpuFlops = measureCpuFlops();
+    // Not measured: a read test needs a cold file bigger than the page cache
+    // holds, i.e. writing gigabytes. A mid-range NVMe drive's sequential read
+    // is a conservative default (SATA SSDs are slower; edit the profile).
+    p.diskReadBandwidth = 2e9;
+    for (const NvmlGpu& nv : queryNvml())
+        p.gpus.push_back(gpuFromNvml(nv));
+
+    std::string gpuPart;
+    for (size_t i = 0; i < p.gpus.size();) {
+        size_t j = i;
+        while (j < p.gpus.size() && p.gpus[j].name == p.gpus[i].name)
+            ++j;
+        gpuPart += (j - i > 1 ? std::to_string(j - i) + "x " : std::string()) + p.gpus[i].name + " + ";
+        i = j;
+    }
+    p.name = "this machine: " + gpuPart + std::to_string((p.ramBytes + 500'000'000) / 1'000'000'000) + " GB RAM";
+    return p;
+}
+
+MachineMemory detectMachineMemory()
+{
+    MachineMemory m;
+    for (const NvmlGpu& nv : queryNvml())
+        m.gpuFreeBytes.push_back(nv.freeBytes);
+    m.ramAvailableBytes = meminfo("MemAvailable");
+    if (m.ramAvailableBytes == 0) // kernels before 3.14 lack MemAvailable
+        m.ramAvailableBytes = meminfo("MemFree") + meminfo("Buffers") + meminfo("Cached");
+    return m;
+}
+
+} // namespace stowage

@@ -1,0 +1,118 @@
+// infer_auto_device_map as Accelerate implements it (version 1.3+), comparison
+// for comparison; the spec this follows is in docs/planner.md.
+#include "stowage/planner.h"
+
+#include "balance.h"
+#include "plannerstate.h"
+#include "stowage/error.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+namespace stowage {
+
+std::optional<Strategy> strategyFromName(const std::string& n)
+{
+    if (n == "auto")
+        return Strategy::Auto;
+    if (n == "balanced")
+        return Strategy::Balanced;
+    if (n == "balanced_low_0")
+        return Strategy::BalancedLow0;
+    if (n == "sequential")
+        return Strategy::Sequential;
+    return std::nullopt;
+}
+
+const char* strategyName(Strategy s)
+{
+    switch (s) {
+    case Strategy::Auto: return "auto";
+    case Strategy::Balanced: return "balanced";
+    case Strategy::BalancedLow0: return "balanced_low_0";
+    case Strategy::Sequential: return "sequential";
+    }
+    return "?";
+}
+
+Plan planDeviceMap(const ModuleTree& tree, const PlanOptions& options)
+{
+    detail::Sizes sizes(tree, options);
+    Plan plan;
+    Budgets mm = options.maxMemory ? normalizeBudgets(*options.maxMemory) : normalizeBudgets(options.machineMemory);
+    if (options.strategy != Strategy::Sequential)
+        mm = detail::balancedMemory(tree, sizes, mm, !options.maxMemory, options.strategy == Strategy::BalancedLow0,
+                                    &plan.notes);
+    plan.budgets = mm;
+    if (options.kv)
+        for (auto& b : mm)
+            if (b.device.kind != Device::Disk && options.kv->activationBytes > 0) {
+                b.bytes = std::max(0.0, b.bytes - double(options.kv->activationBytes));
+                plan.notes.push_back("kept " + detail::grouped(options.kv->activationBytes) + " bytes on " +
+                                     b.device.name() + " for the largest activation");
+            }
+    detail::Placer placer(tree, sizes, mm);
+    placer.run();
+    plan.deviceMap = placer.rawMap();
+    cleanDeviceMap(plan.deviceMap);
+    placer.explain(plan);
+    return plan;
+}
+
+void cleanDeviceMap(DeviceMap& map)
+{
+    // Recursive merge as Accelerate's clean_device_map; children are visited in
+    // first-appearance order (Python visits a set, which only matters when two
+    // siblings merge at once).
+    std::function<void(const std::string&)> clean = [&](const std::string& module) {
+        const std::string prefix = module.empty() ? "" : module + ".";
+        auto under = [&](const std::string& k) { return prefix.empty() || k.rfind(prefix, 0) == 0; };
+        std::vector<Device> vals;
+        for (const auto& [k, d] : map)
+            if (under(k))
+                vals.push_back(d);
+        bool same = vals.size() > 1 && std::all_of(vals.begin(), vals.end(), [&](const Device& d) { return d == vals[0]; });
+        if (same) {
+            Device d = vals[0];
+            map.erase(std::remove_if(map.begin(), map.end(), [&](const auto& e) { return under(e.first); }), map.end());
+            map.emplace_back(module, d);
+        }
+        const size_t depth = module.empty() ? 1 : size_t(std::count(module.begin(), module.end(), '.')) + 2;
+        std::vector<std::string> kids;
+        for (const auto& [k, d] : map) {
+            if (!under(k) || k.size() <= module.size())
+                continue;
+            // the first `depth` dotted parts of k
+            size_t pos = std::string::npos, from = 0;
+            for (size_t i = 0; i < depth; ++i) {
+                pos = k.find('.', from);
+                if (pos == std::string::npos)
+                    break;
+                from = pos + 1;
+            }
+            std::string child = pos == std::string::npos ? k : k.substr(0, pos);
+            if (std::find(kids.begin(), kids.end(), child) == kids.end())
+                kids.push_back(child);
+        }
+        for (const auto& c : kids)
+            clean(c);
+    };
+    clean("");
+}
+
+std::optional<Device> deviceFor(const DeviceMap& map, const std::string& name)
+{
+    std::optional<Device> best;
+    size_t bestLen = 0;
+    for (const auto& [k, d] : map) {
+        bool match = k.empty() || name == k || name.rfind(k + ".", 0) == 0;
+        if (match && (!best || k.size() >= bestLen)) {
+            best = d;
+            bestLen = k.size();
+        }
+    }
+    return best;
+}
+
+} // namespace stowage

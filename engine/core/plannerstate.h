@@ -1,0 +1,76 @@
+#pragma once
+// Internals of the planner: sizes as compute_module_sizes reports them, and
+// the placement loop of infer_auto_device_map.
+#include "stowage/planner.h"
+
+#include <deque>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace stowage::detail {
+
+std::string grouped(uint64_t n);
+
+// A queue item: a module or a bare parameter (after a module was split).
+struct Item {
+    bool param = false;
+    int index = 0;
+    bool operator==(const Item& o) const { return param == o.param && index == o.index; }
+};
+
+// compute_module_sizes: bytes per module/parameter, tied duplicates 0, plus
+// the optional KV-cache reserve added to each layer and its ancestors.
+class Sizes {
+public:
+    Sizes(const ModuleTree& tree, const PlanOptions& options);
+    uint64_t of(const Item& it) const { return it.param ? m_param[size_t(it.index)] : m_module[size_t(it.index)]; }
+    uint64_t module(int i) const { return m_module[size_t(i)]; }
+    uint64_t kvOf(int module) const { return m_kv[size_t(module)]; }
+    // Whether compute_module_sizes has a key for it (some non-tied tensor below).
+    bool listed(int module) const { return m_listed[size_t(module)]; }
+    const std::vector<std::string>& noSplit() const { return m_noSplit; }
+    bool isNoSplit(int module) const;
+
+private:
+    const ModuleTree& m_tree;
+    std::vector<uint64_t> m_module, m_param, m_kv;
+    std::vector<bool> m_listed;
+    std::vector<std::string> m_noSplit;
+};
+
+class Placer {
+public:
+    Placer(const ModuleTree& tree, const Sizes& sizes, Budgets budgets);
+    void run();
+    const DeviceMap& rawMap() const { return m_map; }
+    // Fills plan.entries / plan.devices / notes for the cleaned map.
+    void explain(Plan& plan) const;
+
+private:
+    std::string nameOf(const Item& it) const;
+    const std::string& classOf(const Item& it) const;
+    std::vector<Item> piecesOf(int module) const; // direct params, then children
+    bool hasChildren(const Item& it) const;
+    void maxLayer(bool modulesOnly);
+    bool isDescendantOrSelf(const Item& x, const Item& of) const;
+    void assign(const std::string& name, Device d, const std::string& why);
+
+    const ModuleTree& m_tree;
+    const Sizes& m_sizes;
+    Budgets m_budgets;             // disk appended
+    std::vector<int> m_paramModule; // param -> owning module
+    std::deque<Item> m_queue;
+    uint64_t m_maxLayer = 0;
+    std::vector<Item> m_maxLayerItems;
+    std::vector<uint64_t> m_used;     // per budget index
+    std::vector<uint64_t> m_reserved; // per budget index: room kept when it was left
+    std::vector<uint64_t> m_kvUsed;
+    DeviceMap m_map;
+    std::unordered_map<std::string, size_t> m_mapIndex;
+    std::unordered_map<std::string, std::string> m_why;
+    std::unordered_map<std::string, uint64_t> m_bytes;
+    std::vector<std::string> m_notes;
+};
+
+} // namespace stowage::detail

@@ -1,0 +1,85 @@
+#pragma once
+// Device maps exactly as transformers' from_pretrained(device_map=STRATEGY,
+// max_memory=...) computes them with Accelerate (infer_auto_device_map,
+// get_balanced_memory, clean_device_map), with an explanation per entry.
+#include "stowage/device.h"
+#include "stowage/moduletree.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace stowage {
+
+enum class Strategy { Auto, Balanced, BalancedLow0, Sequential };
+std::optional<Strategy> strategyFromName(const std::string& name);
+const char* strategyName(Strategy s);
+
+// Beyond Accelerate, off unless asked for: room for the KV cache of the
+// layers a device holds, and for the largest activation on every device.
+struct KvReserve {
+    uint64_t bytesPerLayer = 0;   // 2 x batch x context x kv_heads x head_dim x dtype bytes
+    uint64_t activationBytes = 0; // largest activation, reserved on each GPU and the CPU
+    std::string layerClass;       // which modules are "layers" (the no-split class)
+    int context = 0, batch = 1;
+};
+
+struct PlanOptions {
+    Strategy strategy = Strategy::Auto;
+    // The user's max_memory; nullopt means "detect the machine" (machineMemory below).
+    std::optional<Budgets> maxMemory;
+    // What get_max_memory() would report when maxMemory is nullopt: GPU free
+    // memory and available RAM. The planner itself never probes hardware.
+    Budgets machineMemory;
+    std::optional<std::vector<std::string>> noSplit; // overrides the model's no-split classes
+    bool offloadBuffers = false;
+    std::optional<KvReserve> kv;
+};
+
+using DeviceMap = std::vector<std::pair<std::string, Device>>;
+
+struct PlanEntry {
+    std::string module;
+    Device device;
+    uint64_t bytes = 0;
+    std::string why; // one sentence
+};
+
+struct DeviceTotal {
+    Device device;
+    double budget = -1;     // after balancing; -1 = unlimited (disk)
+    uint64_t used = 0;      // weights placed there
+    uint64_t reserved = 0;  // room kept for the largest layer (main devices) and KV cache
+};
+
+struct Plan {
+    DeviceMap deviceMap;            // cleaned, in transformers' order
+    std::vector<PlanEntry> entries; // same order as deviceMap
+    std::vector<DeviceTotal> devices;
+    Budgets budgets;                // what infer_auto_device_map was given
+    std::vector<std::string> notes; // warnings and what was reserved
+};
+
+// Throws InputError for impossible options (unknown device, ...).
+Plan planDeviceMap(const ModuleTree& tree, const PlanOptions& options);
+
+// Accelerate's clean_device_map: entries whose children all landed on one
+// device merge into their parent, which moves to the end.
+void cleanDeviceMap(DeviceMap& map);
+
+// Device-map JSON as transformers stores it in model.hf_device_map.
+std::string deviceMapToJson(const DeviceMap& map, int indent = 2);
+// Throws InputError naming `path` for malformed JSON or unknown devices.
+DeviceMap deviceMapFromJson(const std::string& text, const std::string& path);
+
+struct MapCheck {
+    std::vector<std::string> errors;   // first uncovered tensor, ties split, ...
+    std::vector<std::string> warnings; // keys that match no module
+};
+// Validates a user-supplied map against the tree.
+MapCheck validateDeviceMap(const ModuleTree& tree, const DeviceMap& map);
+// The device of a tensor/module name: longest matching key ("" = all), or nullopt.
+std::optional<Device> deviceFor(const DeviceMap& map, const std::string& name);
+
+} // namespace stowage

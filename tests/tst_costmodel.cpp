@@ -1,0 +1,354 @@
+// The cost model's formulas, one per link a weight byte can cross, checked
+// against hand-computed datasheet figures; presets, profile JSON and the
+// self-test of this machine.
+#include "stowage/costmodel.h"
+#include "stowage/error.h"
+
+#include <QtTest>
+
+#include <dlfcn.h>
+
+#include <chrono>
+#include <functional>
+
+using namespace stowage;
+
+namespace {
+
+using Placement = std::vector<std::pair<Device, uint64_t>>;
+
+// Relative comparison: the figures are ~1e-3 s, too small for qFuzzyCompare's
+// absolute fallback to mean anything, and the formulas are exact.
+bool near(double a, double b) { return std::abs(a - b) <= 1e-9 * std::max(std::abs(a), std::abs(b)); }
+
+QString errorOf(const std::function<void()>& fn)
+{
+    try {
+        fn();
+    } catch (const InputError& e) {
+        return QString::fromStdString(e.what());
+    }
+    return {};
+}
+
+const DeviceShare* shareOf(const CostEstimate& e, Device d)
+{
+    for (const auto& s : e.devices)
+        if (s.device == d)
+            return &s;
+    return nullptr;
+}
+
+Placement split(uint64_t gpu, uint64_t cpu) { return {{Device::gpu(0), gpu}, {Device::cpu(), cpu}}; }
+
+// A valid profile with one field replaced, for the error tests.
+std::string profileWith(const std::string& field, const std::string& value)
+{
+    std::string json = R"({"name": "box", "ramBytes": 1000, "ramBandwidth": 5e10, "diskReadBandwidth": 3e9,
+                           "cpuFlops": 1e12, "gpus": [{"name": "g", "memoryBytes": 24000000000,
+                           "memoryBandwidth": 1e12, "h2dPinned": 2.4e10, "h2dPageable": 1.2e10, "flops": 1e14}]})";
+    const std::string key = "\"" + field + "\": ";
+    const size_t at = json.find(key);
+    if (at == std::string::npos)
+        return json;
+    const size_t begin = at + key.size();
+    // "gpus" is last and holds commas: replace up to the closing brace.
+    const size_t end = field == "gpus" ? json.size() - 1 : json.find_first_of(",}", begin);
+    return json.substr(0, begin) + value + json.substr(end);
+}
+
+constexpr uint64_t kGB = 1'000'000'000ULL;
+
+} // namespace
+
+// Slots are declared here and defined below: moc misreads raw strings in a class body.
+class TestCostModel : public QObject {
+    Q_OBJECT
+private slots:
+    void allGpuIsBytesOverHbmBandwidth();
+    void computeBoundWhenFlopsDominate();
+    void cpuOffloadCostsPageableCopy();
+    void policiesOrderAsExpected();
+    void cpuOnlyUsesRamBandwidth();
+    void diskIsSlowest();
+    void sharesSumToOneInDeviceOrder();
+    void emptyPlacementIsZero();
+    void gpuBeyondProfileCostsLikeLast();
+    void gpuWithoutProfileGpuIsInputError();
+    void presetsResolve();
+    void multiGpuPresetAndTimesAdd();
+    void unknownPresetNamesIt();
+    void jsonRoundTrip();
+    void jsonErrors();
+    void measuresThisMachinePlausibly();
+    void detectsMachineMemory();
+};
+
+void TestCostModel::allGpuIsBytesOverHbmBandwidth()
+{
+    const uint64_t bytes = 14 * kGB;
+    auto e = estimateDecode({{Device::gpu(0), bytes}}, 2 * 7 * kGB, hardwarePreset("h100-80gb"));
+    QVERIFY2(near(e.secondsPerToken, double(bytes) / 3.35e12), qPrintable(QString::number(e.secondsPerToken)));
+    QVERIFY(near(e.tokensPerSecond, 3.35e12 / double(bytes)));
+    QCOMPARE(e.devices.size(), size_t(1));
+    QCOMPARE(e.devices[0].bottleneck, std::string("HBM read"));
+    QCOMPARE(e.devices[0].weightBytes, bytes);
+    QCOMPARE(e.devices[0].share, 1.0);
+}
+
+void TestCostModel::computeBoundWhenFlopsDominate()
+{
+    // 1 byte per 1e6 FLOPs: far past the H100's ridge point (~300 FLOP/byte).
+    auto e = estimateDecode({{Device::gpu(0), kGB}}, 1'000'000 * kGB, hardwarePreset("h100-80gb"));
+    QCOMPARE(e.devices[0].bottleneck, std::string("compute"));
+    QVERIFY(near(e.secondsPerToken, 1e15 / 989e12));
+}
+
+void TestCostModel::cpuOffloadCostsPageableCopy()
+{
+    const auto p = hardwarePreset("h100-80gb");
+    const uint64_t gpu = 10 * kGB, cpu = 4 * kGB;
+    auto allGpu = estimateDecode({{Device::gpu(0), gpu + cpu}}, 0, p);
+    auto offload = estimateDecode(split(gpu, cpu), 0, p, ExecutionPolicy::AccelerateLike);
+    // Each step copies the CPU part over PCIe (pageable), then reads it from HBM.
+    const double extra = double(cpu) / 20e9;
+    QVERIFY2(near(offload.secondsPerToken, allGpu.secondsPerToken + extra),
+             qPrintable(QString("%1 vs %2").arg(offload.secondsPerToken).arg(allGpu.secondsPerToken + extra)));
+    const DeviceShare* c = shareOf(offload, Device::cpu());
+    QVERIFY(c);
+    QCOMPARE(c->bottleneck, std::string("PCIe pageable copy"));
+    QVERIFY(near(c->seconds, double(cpu) / 20e9 + double(cpu) / 3.35e12));
+}
+
+void TestCostModel::policiesOrderAsExpected()
+{
+    // RTX 4090 host: pageable 12 GB/s < pinned 24 GB/s < RAM 50 GB/s.
+    const auto p = hardwarePreset("rtx4090");
+    const uint64_t cpu = 6 * kGB;
+    auto seconds = [&](ExecutionPolicy policy) {
+        return shareOf(estimateDecode(split(20 * kGB, cpu), 0, p, policy), Device::cpu())->seconds;
+    };
+    const double accelerate = seconds(ExecutionPolicy::AccelerateLike);
+    const double prefetch = seconds(ExecutionPolicy::Prefetch);
+    const double where = seconds(ExecutionPolicy::ComputeWhereItLives);
+    QVERIFY(prefetch < accelerate);
+    QVERIFY(near(accelerate, double(cpu) / 12e9 + double(cpu) / 1008e9));
+    QVERIFY(near(prefetch, double(cpu) / 24e9)); // copy overlaps the HBM read
+    QVERIFY(near(where, double(cpu) / 50e9));    // the CPU reads its own RAM
+    auto pe = estimateDecode(split(20 * kGB, cpu), 0, p, ExecutionPolicy::Prefetch);
+    QCOMPARE(shareOf(pe, Device::cpu())->bottleneck, std::string("PCIe pinned copy"));
+    auto we = estimateDecode(split(20 * kGB, cpu), 0, p, ExecutionPolicy::ComputeWhereItLives);
+    QCOMPARE(shareOf(we, Device::cpu())->bottleneck, std::string("RAM read"));
+}
+
+void TestCostModel::cpuOnlyUsesRamBandwidth()
+{
+    const auto p = hardwarePreset("t4");
+    auto e = estimateDecode({{Device::cpu(), 5 * kGB}}, 10 * kGB, p, ExecutionPolicy::AccelerateLike);
+    QVERIFY(near(e.secondsPerToken, 5e9 / 50e9));
+    QCOMPARE(e.devices[0].bottleneck, std::string("RAM read"));
+    // CPU-bound when FLOPs outrun the 1 TFLOP/s host.
+    auto c = estimateDecode({{Device::cpu(), kGB}}, 1000 * kGB, p);
+    QCOMPARE(c.devices[0].bottleneck, std::string("compute"));
+    QVERIFY(near(c.secondsPerToken, 1e12 / 1e12));
+}
+
+void TestCostModel::diskIsSlowest()
+{
+    const auto p = hardwarePreset("a100-80gb");
+    const uint64_t b = 3 * kGB;
+    Placement pl = {{Device::gpu(0), b}, {Device::cpu(), b}, {Device::disk(), b}};
+    for (auto policy : {ExecutionPolicy::AccelerateLike, ExecutionPolicy::Prefetch, ExecutionPolicy::ComputeWhereItLives}) {
+        auto e = estimateDecode(pl, 0, p, policy);
+        const double g = shareOf(e, Device::gpu(0))->seconds;
+        const double c = shareOf(e, Device::cpu())->seconds;
+        const double d = shareOf(e, Device::disk())->seconds;
+        QVERIFY(g < c);
+        QVERIFY(c < d);
+        // Disk bytes pass through RAM: the drive read plus the RAM-resident cost.
+        QVERIFY(near(d, double(b) / 3e9 + c));
+        QCOMPARE(shareOf(e, Device::disk())->bottleneck, std::string("disk read"));
+    }
+}
+
+void TestCostModel::sharesSumToOneInDeviceOrder()
+{
+    // Out of order, a duplicate and an empty device: merged, sorted, dropped.
+    Placement pl = {{Device::disk(), kGB}, {Device::gpu(1), 5 * kGB}, {Device::cpu(), 2 * kGB},
+                    {Device::gpu(0), 4 * kGB}, {Device::gpu(1), kGB},  {Device::gpu(2), 0}};
+    auto e = estimateDecode(pl, 26 * kGB, hardwarePreset("2xa100-40gb"));
+    QCOMPARE(e.devices.size(), size_t(4));
+    QVERIFY(e.devices[0].device == Device::gpu(0));
+    QVERIFY(e.devices[1].device == Device::gpu(1));
+    QCOMPARE(e.devices[1].weightBytes, 6 * kGB);
+    QVERIFY(e.devices[2].device == Device::cpu());
+    QVERIFY(e.devices[3].device == Device::disk());
+    double shares = 0, seconds = 0;
+    for (const auto& d : e.devices) {
+        QVERIFY(d.share > 0);
+        shares += d.share;
+        seconds += d.seconds;
+    }
+    QVERIFY(std::abs(shares - 1.0) < 1e-12);
+    QVERIFY(near(seconds, e.secondsPerToken));
+}
+
+void TestCostModel::emptyPlacementIsZero()
+{
+    auto e = estimateDecode({{Device::gpu(0), 0}}, 100, hardwarePreset("l4"));
+    QCOMPARE(e.secondsPerToken, 0.0);
+    QCOMPARE(e.tokensPerSecond, 0.0);
+    QVERIFY(e.devices.empty());
+}
+
+void TestCostModel::gpuBeyondProfileCostsLikeLast()
+{
+    auto e = estimateDecode({{Device::gpu(3), 2 * kGB}}, 0, hardwarePreset("l4"));
+    QVERIFY(near(e.secondsPerToken, 2e9 / 300e9));
+}
+
+void TestCostModel::gpuWithoutProfileGpuIsInputError()
+{
+    HardwareProfile p = hardwarePreset("t4");
+    p.gpus.clear();
+    QVERIFY(errorOf([&] { estimateDecode({{Device::gpu(0), kGB}}, 0, p); }).contains("has no GPU"));
+    // ...but a CPU-only placement needs no GPU.
+    QVERIFY(errorOf([&] { estimateDecode({{Device::cpu(), kGB}}, 0, p); }).isEmpty());
+}
+
+void TestCostModel::presetsResolve()
+{
+    const auto names = hardwarePresetNames();
+    QCOMPARE(names.size(), size_t(9));
+    for (const auto& n : names) {
+        HardwareProfile p;
+        QVERIFY2(errorOf([&] { p = hardwarePreset(n); }).isEmpty(), n.c_str());
+        QVERIFY2(p.ramBandwidth > 0 && p.diskReadBandwidth > 0 && p.cpuFlops > 0, n.c_str());
+        QCOMPARE(p.simulated, n != "this-machine");
+        if (n != "this-machine")
+            QCOMPARE(p.gpus.size(), size_t(1));
+        for (const auto& g : p.gpus)
+            QVERIFY2(g.memoryBandwidth > 0 && g.h2dPinned > g.h2dPageable && g.flops > 0, n.c_str());
+    }
+    QCOMPARE(hardwarePreset("h200").gpus[0].memoryBytes, uint64_t(141) * kGB);
+    QCOMPARE(hardwarePreset("H200").name, hardwarePreset("h200").name); // case-insensitive
+}
+
+void TestCostModel::multiGpuPresetAndTimesAdd()
+{
+    const auto p = hardwarePreset("2xh100-80gb");
+    QCOMPARE(p.gpus.size(), size_t(2));
+    QCOMPARE(p.gpus[1].name, p.gpus[0].name);
+    QVERIFY(p.name.find("2x") == 0);
+    QCOMPARE(hardwarePreset("8xrtx3090").gpus.size(), size_t(8));
+    // Split across two identical GPUs, run one after the other: no faster.
+    auto one = estimateDecode({{Device::gpu(0), 20 * kGB}}, 0, p);
+    auto two = estimateDecode({{Device::gpu(0), 10 * kGB}, {Device::gpu(1), 10 * kGB}}, 0, p);
+    QVERIFY(near(one.secondsPerToken, two.secondsPerToken));
+    QCOMPARE(two.devices.size(), size_t(2));
+}
+
+void TestCostModel::unknownPresetNamesIt()
+{
+    QVERIFY(errorOf([] { hardwarePreset("h900"); }).contains("unknown hardware preset 'h900'"));
+    QVERIFY(errorOf([] { hardwarePreset("2xfoo"); }).contains("'2xfoo'"));
+    QVERIFY(errorOf([] { hardwarePreset("0xh200"); }).contains("1 to 64"));
+    QVERIFY(errorOf([] { hardwarePreset(""); }).contains("unknown hardware preset"));
+}
+
+void TestCostModel::jsonRoundTrip()
+{
+    for (const char* name : {"2xrtx4090", "t4", "h200"}) {
+        const auto p = hardwarePreset(name);
+        const auto q = profileFromJson(profileToJson(p), "p.json");
+        QCOMPARE(q.name, p.name);
+        QCOMPARE(q.simulated, p.simulated);
+        QCOMPARE(q.ramBytes, p.ramBytes);
+        QCOMPARE(q.ramBandwidth, p.ramBandwidth);
+        QCOMPARE(q.diskReadBandwidth, p.diskReadBandwidth);
+        QCOMPARE(q.cpuFlops, p.cpuFlops);
+        QCOMPARE(q.gpus.size(), p.gpus.size());
+        for (size_t i = 0; i < p.gpus.size(); ++i) {
+            QCOMPARE(q.gpus[i].name, p.gpus[i].name);
+            QCOMPARE(q.gpus[i].memoryBytes, p.gpus[i].memoryBytes);
+            QCOMPARE(q.gpus[i].memoryBandwidth, p.gpus[i].memoryBandwidth);
+            QCOMPARE(q.gpus[i].h2dPinned, p.gpus[i].h2dPinned);
+            QCOMPARE(q.gpus[i].h2dPageable, p.gpus[i].h2dPageable);
+            QCOMPARE(q.gpus[i].flops, p.gpus[i].flops);
+        }
+        QCOMPARE(profileToJson(q), profileToJson(p));
+    }
+    // A hand-written profile: float byte counts accepted, "simulated" optional.
+    const auto h = profileFromJson(profileWith("memoryBytes", "2.4e10"), "h.json");
+    QCOMPARE(h.gpus[0].memoryBytes, 24 * kGB);
+    QCOMPARE(h.simulated, false);
+    QCOMPARE(h.ramBandwidth, 5e10);
+}
+
+void TestCostModel::jsonErrors()
+{
+    auto err = [](const std::string& text) { return errorOf([&] { profileFromJson(text, "hw.json"); }); };
+    QVERIFY(err(profileWith("", "")).isEmpty()); // the base profile is valid
+    QVERIFY(err("{\"name\": ").startsWith("hw.json: not valid JSON"));
+    QVERIFY(err("[1, 2]").contains("hardware profile must be a JSON object"));
+    QVERIFY(err(R"({"name": "x", "ramBytes": 1, "diskReadBandwidth": 1, "cpuFlops": 1, "gpus": []})")
+                .contains("missing field \"ramBandwidth\""));
+    QVERIFY(err(profileWith("ramBandwidth", "-5e10")).contains("\"ramBandwidth\" must be positive, got -50000000000"));
+    QVERIFY(err(profileWith("ramBandwidth", "0")).contains("\"ramBandwidth\" must be positive"));
+    QVERIFY(err(profileWith("ramBandwidth", "\"fast\"")).contains("\"ramBandwidth\" must be a number"));
+    QVERIFY(err(profileWith("memoryBandwidth", "-1")).contains("gpus[0] field \"memoryBandwidth\" must be positive"));
+    QVERIFY(err(profileWith("h2dPageable", "null")).contains("gpus[0] field \"h2dPageable\" must be a number"));
+    QVERIFY(err(profileWith("memoryBytes", "-1")).contains("\"memoryBytes\" must be a non-negative whole number"));
+    QVERIFY(err(profileWith("ramBytes", "1.5")).contains("\"ramBytes\" must be a non-negative whole number"));
+    QVERIFY(err(profileWith("name", "3")).contains("field \"name\" must be a string"));
+    QVERIFY(err(profileWith("gpus", "{}")).contains("field \"gpus\" must be an array"));
+    QVERIFY(err(profileWith("gpus", "[7]")).contains("gpus[0] must be a JSON object"));
+    QVERIFY(err(profileWith("cpuFlops", "1e12, \"ramBandwith\": 1")).contains("unknown field \"ramBandwith\""));
+    QVERIFY(err(profileWith("cpuFlops", "1e12, \"simulated\": 1")).contains("\"simulated\" must be true or false"));
+}
+
+void TestCostModel::measuresThisMachinePlausibly()
+{
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto p = measureThisMachine();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    qInfo("this machine: %s; RAM %.1f GB, RAM read %.1f GB/s, CPU %.1f GFLOP/s, disk %.1f GB/s, %zu GPU(s), %.3f s",
+          p.name.c_str(), double(p.ramBytes) / 1e9, p.ramBandwidth / 1e9, p.cpuFlops / 1e9, p.diskReadBandwidth / 1e9,
+          p.gpus.size(), seconds);
+    QVERIFY2(seconds < 1.0, qPrintable(QString::number(seconds)));
+    QVERIFY(!p.simulated);
+    QVERIFY(p.ramBytes > kGB);
+    QVERIFY(p.ramBandwidth > 1e9);
+    QVERIFY(p.ramBandwidth < 1e13); // 10 TB/s would mean the loop was optimised away
+    QVERIFY(p.cpuFlops > 1e9);
+    QVERIFY(p.cpuFlops < 1e15);
+    QVERIFY(p.diskReadBandwidth > 0);
+    QVERIFY(p.name.find("GB RAM") != std::string::npos);
+    for (const auto& g : p.gpus)
+        QVERIFY(!g.name.empty() && g.memoryBytes > 0 && g.memoryBandwidth > 0);
+    // The measured profile is usable by the model as is.
+    QVERIFY(estimateDecode({{Device::cpu(), kGB}}, 2 * kGB, p).secondsPerToken > 0);
+}
+
+void TestCostModel::detectsMachineMemory()
+{
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto m = detectMachineMemory();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    QVERIFY2(seconds < 0.5, qPrintable(QString::number(seconds))); // no bandwidth test in here
+    const auto p = measureThisMachine();
+    QVERIFY(m.ramAvailableBytes > 0);
+    QVERIFY(m.ramAvailableBytes <= p.ramBytes);
+    // One entry per GPU the profile sees, none larger than that GPU.
+    QCOMPARE(m.gpuFreeBytes.size(), p.gpus.size());
+    for (size_t i = 0; i < m.gpuFreeBytes.size(); ++i)
+        QVERIFY(m.gpuFreeBytes[i] <= p.gpus[i].memoryBytes);
+    // Without a driver there are no GPUs.
+    if (void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL))
+        dlclose(nvml);
+    else
+        QVERIFY(m.gpuFreeBytes.empty());
+}
+
+QTEST_APPLESS_MAIN(TestCostModel)
+#include "tst_costmodel.moc"

@@ -1,0 +1,421 @@
+// Device maps against Accelerate's rules. Expected maps are derived by hand
+// from infer_auto_device_map / get_balanced_memory / clean_device_map (see
+// docs/planner.md); the comments walk through why.
+#include "fixtures.h"
+#include "stowage/checkpoint.h"
+#include "stowage/error.h"
+#include "stowage/planner.h"
+
+#include <QtTest>
+
+#include <filesystem>
+#include <random>
+
+using namespace stowage;
+namespace fs = std::filesystem;
+
+namespace {
+
+Budgets budgets(std::vector<std::pair<std::string, double>> spec)
+{
+    Budgets b;
+    for (auto& [d, v] : spec)
+        b.push_back({*Device::parse(d), v});
+    return b;
+}
+
+std::string mapText(const DeviceMap& m)
+{
+    std::string s;
+    for (const auto& [k, d] : m)
+        s += (s.empty() ? "" : ", ") + (k.empty() ? std::string("''") : k) + ":" + d.name();
+    return s;
+}
+
+// distilgpt2-shaped tree without writing any file: the skeleton is all the planner needs.
+ModuleTree distilgpt2(const std::string& dir)
+{
+    fs::create_directories(dir);
+    if (!fs::exists(dir + "/config.json")) {
+        fixtures::writeSharded(dir, fixtures::gpt2Tensors({}, DType::F32), 1, false, false);
+        fixtures::writeJson(dir + "/config.json", fixtures::gpt2Config({}, DType::F32));
+    }
+    return buildModuleTree(Checkpoint::open(dir), DType::F16);
+}
+
+// Accelerate's ModelForTest: Linear(3,4), BatchNorm1d(4), Linear(4,5) in fp32.
+// Buffers count like parameters in compute_module_sizes; the batchnorm is a
+// leaf, so whether they are split off never matters.
+void modelForTest(ModuleTree& t, int parent)
+{
+    int l1 = t.addModule(parent, "linear1", "Linear");
+    t.addParam(l1, "weight", {4, 3}, DType::F32);
+    t.addParam(l1, "bias", {4}, DType::F32);
+    int bn = t.addModule(parent, "batchnorm", "BatchNorm1d");
+    t.addParam(bn, "weight", {4}, DType::F32);
+    t.addParam(bn, "bias", {4}, DType::F32);
+    t.addParam(bn, "running_mean", {4}, DType::F32);
+    t.addParam(bn, "running_var", {4}, DType::F32);
+    t.addParam(bn, "num_batches_tracked", {}, DType::I64);
+    int l2 = t.addModule(parent, "linear2", "Linear");
+    t.addParam(l2, "weight", {5, 4}, DType::F32);
+    t.addParam(l2, "bias", {5}, DType::F32);
+}
+
+Plan plan(const ModuleTree& t, Budgets b, Strategy s = Strategy::Sequential,
+          std::optional<std::vector<std::string>> noSplit = std::nullopt)
+{
+    PlanOptions o;
+    o.strategy = s;
+    o.maxMemory = std::move(b);
+    o.noSplit = std::move(noSplit);
+    return planDeviceMap(t, o);
+}
+
+} // namespace
+
+class TestPlanner : public QObject {
+    Q_OBJECT
+    QTemporaryDir m_tmp;
+    std::string path(const char* n) { return m_tmp.path().toStdString() + "/" + n; }
+private slots:
+    void seedDistilgpt2_data();
+    void seedDistilgpt2();
+    void balancedTwoGpus();
+    void modelForTestVectors();
+    void tiedSmallModelStaysWhole();
+    void sequentialOfModelForTest();
+    void balancedMemoryVectors();
+    void llamaSplitsAtLayers();
+    void oneGpuNoBudgetUses90Percent();
+    void cleanDeviceMapVectors();
+    void sizeStrings_data();
+    void sizeStrings();
+    void badSizeStrings();
+    void jsonRoundTrip();
+    void validation();
+    void kvCacheReservesRoom();
+    void propertiesOverRandomBudgets();
+};
+
+void TestPlanner::seedDistilgpt2_data()
+{
+    QTest::addColumn<double>("gpu");
+    QTest::addColumn<QString>("expected");
+    // GPU 0 keeps 14,175,744 (one GPT2Block) free, leaving 85,824,256: wte with
+    // its tied lm_head (77,194,752), wpe and drop fit; h.0 would make 92,943,360,
+    // so the rest goes to cpu, where h merges and moves to the end.
+    QTest::newRow("100MB") << 100e6
+                           << "transformer.wte:0, lm_head:0, transformer.wpe:0, transformer.drop:0, "
+                              "transformer.ln_f:cpu, transformer.h:cpu";
+    // 50MB leaves 35,824,256 after the reserve: wte cannot fit and cannot be split.
+    QTest::newRow("50MB") << 50e6 << "'':cpu";
+}
+
+void TestPlanner::seedDistilgpt2()
+{
+    QFETCH(double, gpu);
+    QFETCH(QString, expected);
+    ModuleTree t = distilgpt2(path("distil"));
+    for (Strategy s : {Strategy::Auto, Strategy::Balanced, Strategy::Sequential}) {
+        Plan p = plan(t, budgets({{"0", gpu}, {"cpu", 10e9}}), s);
+        QCOMPARE(QString::fromStdString(mapText(p.deviceMap)), expected);
+        QCOMPARE(p.entries.size(), p.deviceMap.size());
+    }
+}
+
+void TestPlanner::balancedTwoGpus()
+{
+    // get_balanced_memory: 163,825,152 / 2 + int(1.25 x 14,175,744) = 99,632,256 for
+    // GPU 0; the last GPU keeps its 1e9. h.0 fails on GPU 0 (92,943,360 >
+    // 99,632,256 - 14,175,744), so the blocks and ln_f go to GPU 1.
+    ModuleTree t = distilgpt2(path("distil"));
+    Plan p = plan(t, budgets({{"0", 1e9}, {"1", 1e9}, {"cpu", 1e10}}), Strategy::Balanced);
+    QCOMPARE(p.budgets[0].bytes, 99'632'256.0);
+    QCOMPARE(p.budgets[1].bytes, 1e9);
+    QCOMPARE(QString::fromStdString(mapText(p.deviceMap)),
+             QString("transformer.wte:0, lm_head:0, transformer.wpe:0, transformer.drop:0, transformer.ln_f:1, "
+                     "transformer.h:1"));
+    // sequential does not balance: everything fits on GPU 0
+    QCOMPARE(QString::fromStdString(mapText(plan(t, budgets({{"0", 1e9}, {"1", 1e9}, {"cpu", 1e10}})).deviceMap)),
+             QString("'':0"));
+}
+
+void TestPlanner::modelForTestVectors()
+{
+    ModuleTree t;
+    t.addModule(-1, "", "ModelForTest");
+    modelForTest(t, 0);
+    t.finish(std::nullopt);
+    QCOMPARE(t.root().bytes, uint64_t(236));
+    // GPU 0 keeps 100 (linear2) free: 64 + 72 > 100, so batchnorm moves on.
+    QCOMPARE(QString::fromStdString(mapText(plan(t, budgets({{"0", 200}, {"1", 200}})).deviceMap)),
+             QString("linear1:0, batchnorm:1, linear2:1"));
+    // GPU 1 is not a main device: 72 + 100 <= 172 exactly.
+    QCOMPARE(QString::fromStdString(mapText(plan(t, budgets({{"0", 200}, {"1", 172}, {"2", 200}})).deviceMap)),
+             QString("linear1:0, batchnorm:1, linear2:1"));
+    // one byte less and linear2 goes to GPU 2
+    QCOMPARE(QString::fromStdString(mapText(plan(t, budgets({{"0", 200}, {"1", 171}, {"2", 200}})).deviceMap)),
+             QString("linear1:0, batchnorm:1, linear2:2"));
+}
+
+void TestPlanner::tiedSmallModelStaysWhole()
+{
+    // linear1.weight = linear2.weight: sizes linear1 96, batchnorm 72, linear2 20.
+    // linear1 with its tie: 96 + 20 <= 200 - 72, then batchnorm 188 <= 200 - 0.
+    ModuleTree t;
+    t.addModule(-1, "", "ModelForTest");
+    int l1 = t.addModule(0, "linear1", "Linear");
+    t.addParam(l1, "weight", {5, 4}, DType::F32);
+    t.addParam(l1, "bias", {4}, DType::F32);
+    int bn = t.addModule(0, "batchnorm", "BatchNorm1d");
+    for (const char* n : {"weight", "bias", "running_mean", "running_var"})
+        t.addParam(bn, n, {4}, DType::F32);
+    t.addParam(bn, "num_batches_tracked", {}, DType::I64);
+    int l2 = t.addModule(0, "linear2", "Linear");
+    t.addParam(l2, "weight", {5, 4}, DType::F32);
+    t.addParam(l2, "bias", {5}, DType::F32);
+    t.tie("linear2.weight", "linear1.weight");
+    t.finish(std::nullopt);
+    QCOMPARE(QString::fromStdString(mapText(plan(t, budgets({{"0", 200}, {"1", 200}})).deviceMap)), QString("'':0"));
+}
+
+void TestPlanner::sequentialOfModelForTest()
+{
+    ModuleTree t;
+    t.addModule(-1, "", "Sequential");
+    for (const char* n : {"0", "1", "2"})
+        modelForTest(t, t.addModule(0, n, "ModelForTest"));
+    t.finish(std::nullopt);
+    // GPU 0 keeps 100 free: "0" (236) fits in 400; "1" does not, split: linear1 and
+    // batchnorm fit (236 + 136 <= 400), linear2 (472 > 400) moves to GPU 1.
+    QCOMPARE(QString::fromStdString(mapText(plan(t, budgets({{"0", 500}, {"1", 500}})).deviceMap)),
+             QString("0:0, 1.linear1:0, 1.batchnorm:0, 1.linear2:1, 2:1"));
+    // no-split blocks are never split and the reserve is one whole block (236).
+    QCOMPARE(QString::fromStdString(
+                 mapText(plan(t, budgets({{"0", 500}, {"1", 500}}), Strategy::Sequential,
+                              std::vector<std::string>{"ModelForTest"})
+                             .deviceMap)),
+             QString("0:0, 1:1, 2:1"));
+}
+
+void TestPlanner::balancedMemoryVectors()
+{
+    ModuleTree t;
+    t.addModule(-1, "", "ModelForTest");
+    modelForTest(t, 0);
+    t.finish(std::nullopt);
+    auto balanced = [&](Budgets b) {
+        std::vector<double> v;
+        for (const auto& x : plan(t, std::move(b), Strategy::Balanced).budgets)
+            v.push_back(x.bytes);
+        return v;
+    };
+    // 236 / 2 + int(1.25 x mean leaf 78) = 118 + 97 = 215 on every GPU but the last
+    QCOMPARE(balanced(budgets({{"0", 300}, {"1", 300}})), (std::vector<double>{215, 300}));
+    QCOMPARE(balanced(budgets({{"0", 300}, {"1", 500}})), (std::vector<double>{215, 500}));
+    QCOMPARE(balanced(budgets({{"0", 200}, {"1", 200}})), (std::vector<double>{200, 200}));
+    QCOMPARE(balanced(budgets({{"0", 300}, {"cpu", 1000}})), (std::vector<double>{300, 1000}));
+    QCOMPARE(balanced(budgets({{"0", 0}, {"1", 300}, {"2", 300}})), (std::vector<double>{0, 215, 300}));
+    // balanced_low_0: GPU 1 gets 236/1 + 97 -> min(333, 300) = 300 (it is the last);
+    // GPU 0 gets max(0, 236 - 300) = 0.
+    std::vector<double> low;
+    for (const auto& x : plan(t, budgets({{"0", 300}, {"1", 300}}), Strategy::BalancedLow0).budgets)
+        low.push_back(x.bytes);
+    QCOMPARE(low, (std::vector<double>{0, 300}));
+}
+
+void TestPlanner::llamaSplitsAtLayers()
+{
+    // Tiny untied Llama, fp32: embed 256,000, each layer 164,352, norm 256, lm_head 256,000.
+    // GPU 0 keeps 256,000 (embed/lm_head tie for largest) free of 600,000: embed fits,
+    // layers.0 (420,352 > 344,000) does not and is no-split, so the rest goes to cpu,
+    // where layers merges and moves to the end.
+    std::string d = path("llama");
+    fs::create_directories(d);
+    fixtures::LlamaShape s{1000, 64, 128, 4, 4, 4, false};
+    fixtures::writeSharded(d, fixtures::llamaTensors(s, DType::F32), 1, false, false);
+    fixtures::writeJson(d + "/config.json", fixtures::llamaConfig(s, DType::F32));
+    ModuleTree t = buildModuleTree(Checkpoint::open(d), std::nullopt);
+    QCOMPARE(t.root().bytes, uint64_t(1'169'664));
+    QCOMPARE(QString::fromStdString(mapText(plan(t, budgets({{"0", 600000}, {"cpu", 1e9}})).deviceMap)),
+             QString("model.embed_tokens:0, model.norm:cpu, model.rotary_emb:cpu, lm_head:cpu, model.layers:cpu"));
+    // With GPU 1 as well (sequential): GPU 1 is not a main device and takes layers
+    // 0..2 (3 x 164,352 = 493,056 <= 600,000), then layers.3 goes to cpu.
+    QCOMPARE(QString::fromStdString(
+                 mapText(plan(t, budgets({{"0", 600000}, {"1", 600000}, {"cpu", 1e9}})).deviceMap)),
+             QString("model.embed_tokens:0, model.layers.0:1, model.layers.1:1, model.layers.2:1, model.layers.3:cpu, "
+                     "model.norm:cpu, model.rotary_emb:cpu, lm_head:cpu"));
+    // No cpu budget given: Accelerate then has no cpu device, so the rest goes to disk.
+    QCOMPARE(QString::fromStdString(mapText(plan(t, budgets({{"0", 600000}})).deviceMap)),
+             QString("model.embed_tokens:0, model.norm:disk, model.rotary_emb:disk, lm_head:disk, model.layers:disk"));
+}
+
+void TestPlanner::oneGpuNoBudgetUses90Percent()
+{
+    ModuleTree t = distilgpt2(path("distil"));
+    PlanOptions o;
+    o.machineMemory = budgets({{"0", 200e6}, {"cpu", 8e9}});
+    Plan p = planDeviceMap(t, o);
+    QCOMPARE(p.budgets[0].bytes, 180e6);
+    QCOMPARE(p.budgets[1].bytes, 8e9);
+    o.strategy = Strategy::Sequential; // no 90% rule there
+    QCOMPARE(planDeviceMap(t, o).budgets[0].bytes, 200e6);
+}
+
+void TestPlanner::cleanDeviceMapVectors()
+{
+    auto clean = [](DeviceMap m) {
+        cleanDeviceMap(m);
+        return QString::fromStdString(mapText(m));
+    };
+    auto d = [](const char* s) { return *Device::parse(s); };
+    QCOMPARE(clean({{"a", d("0")}, {"b", d("0")}, {"c", d("0")}}), QString("'':0"));
+    // Accelerate's own test compares these as unordered dicts; merged keys are
+    // re-inserted, so in insertion order "c" comes first.
+    QCOMPARE(clean({{"a.x", d("0")}, {"a.y", d("0")}, {"b.x", d("1")}, {"b.y", d("1")}, {"c", d("1")}}),
+             QString("c:1, a:0, b:1"));
+    QCOMPARE(clean({{"a.x.0", d("0")}, {"a.x.1", d("0")}, {"a.y", d("1")}, {"b", d("1")}}), QString("a.y:1, b:1, a.x:0"));
+    QCOMPARE(clean({{"a.x", d("0")}}), QString("a.x:0"));
+    // "h.1" must not swallow "h.10"
+    QCOMPARE(clean({{"h.1.a", d("0")}, {"h.1.b", d("0")}, {"h.10", d("1")}}), QString("h.10:1, h.1:0"));
+}
+
+void TestPlanner::sizeStrings_data()
+{
+    QTest::addColumn<QString>("text");
+    QTest::addColumn<qulonglong>("bytes");
+    QTest::newRow("GB") << "10GB" << 10'000'000'000ull;
+    QTest::newRow("GiB") << "10GiB" << 10'737'418'240ull;
+    QTest::newRow("gib lower") << "1gib" << 1'073'741'824ull;
+    QTest::newRow("Gb bits") << "1Gb" << 125'000'000ull;
+    QTest::newRow("gb bits") << "1gb" << 125'000'000ull;
+    QTest::newRow("gB bytes") << "1gB" << 1'000'000'000ull;
+    QTest::newRow("MB") << "100MB" << 100'000'000ull;
+    QTest::newRow("kb bits") << "5kb" << 625ull;
+    QTest::newRow("decimal") << "1.5GB" << 1'500'000'000ull;
+    QTest::newRow("exponent") << "1e3MB" << 1'000'000'000ull;
+    QTest::newRow("plain bytes") << "123456" << 123456ull;
+    QTest::newRow("zero") << "0MB" << 0ull;
+}
+
+void TestPlanner::sizeStrings()
+{
+    QFETCH(QString, text);
+    QFETCH(qulonglong, bytes);
+    QCOMPARE(qulonglong(parseSize(text.toStdString())), bytes);
+}
+
+void TestPlanner::badSizeStrings()
+{
+    for (const char* s : {"", "5B", "5TB", "5MBB", "5k0MB", "-1GB", "GB", "nanGB", "-5"}) {
+        try {
+            parseSize(s, "--max-memory 0");
+            QFAIL(s);
+        } catch (const InputError& e) {
+            QVERIFY2(QString(e.what()).startsWith("--max-memory 0: "), e.what());
+        }
+    }
+}
+
+void TestPlanner::jsonRoundTrip()
+{
+    ModuleTree t = distilgpt2(path("distil"));
+    Plan p = plan(t, budgets({{"0", 100e6}, {"cpu", 10e9}}));
+    std::string json = deviceMapToJson(p.deviceMap);
+    QCOMPARE(QString::fromStdString(json).simplified(),
+             QString(R"({ "transformer.wte": 0, "lm_head": 0, "transformer.wpe": 0, "transformer.drop": 0, )"
+                     R"("transformer.ln_f": "cpu", "transformer.h": "cpu" })"));
+    QCOMPARE(deviceMapToJson(deviceMapFromJson(json, "m.json")), json);
+    QVERIFY_THROWS_EXCEPTION(InputError, deviceMapFromJson(R"({"a": "gpu"})", "m.json"));
+    QVERIFY_THROWS_EXCEPTION(InputError, deviceMapFromJson(R"([1])", "m.json"));
+    QVERIFY_THROWS_EXCEPTION(InputError, deviceMapFromJson(R"({"a": -1})", "m.json"));
+}
+
+void TestPlanner::validation()
+{
+    ModuleTree t = distilgpt2(path("distil"));
+    auto d = [](const char* s) { return *Device::parse(s); };
+    QVERIFY(validateDeviceMap(t, {{"", d("cpu")}}).errors.empty());
+    auto uncovered = validateDeviceMap(t, {{"transformer", d("0")}});
+    QCOMPARE(uncovered.errors.size(), size_t(1));
+    QVERIFY(QString::fromStdString(uncovered.errors[0]).contains("tensor 'lm_head.weight' is not covered"));
+    auto split = validateDeviceMap(t, {{"transformer", d("0")}, {"lm_head", d("cpu")}});
+    QVERIFY(!split.errors.empty() && QString::fromStdString(split.errors[0]).contains("different devices"));
+    auto unknown = validateDeviceMap(t, {{"", d("cpu")}, {"transformer.h.99", d("0")}});
+    QVERIFY(unknown.errors.empty());
+    QCOMPARE(unknown.warnings.size(), size_t(1));
+    QCOMPARE(deviceFor({{"transformer.h.1", d("0")}, {"", d("cpu")}}, "transformer.h.10.ln_1.weight")->name(),
+             std::string("cpu"));
+}
+
+void TestPlanner::kvCacheReservesRoom()
+{
+    ModuleTree t = distilgpt2(path("distil"));
+    PlanOptions o;
+    o.strategy = Strategy::Sequential;
+    o.maxMemory = budgets({{"0", 100e6}, {"cpu", 10e9}});
+    o.kv = KvReserve{1'000'000, 0, "GPT2Block", 1024, 1};
+    Plan p = planDeviceMap(t, o);
+    // each block now weighs 15,175,744: the reserve grows, nothing else changes here
+    QCOMPARE(QString::fromStdString(mapText(p.deviceMap)),
+             QString("transformer.wte:0, lm_head:0, transformer.wpe:0, transformer.drop:0, transformer.ln_f:cpu, "
+                     "transformer.h:cpu"));
+    QCOMPARE(p.devices[1].reserved, uint64_t(6'000'000 + 15'175'744));
+    // an activation reserve of 10 MB on GPU 0 pushes wte off it
+    o.kv->activationBytes = 10'000'000;
+    QCOMPARE(QString::fromStdString(mapText(planDeviceMap(t, o).deviceMap)), QString("'':cpu"));
+}
+
+void TestPlanner::propertiesOverRandomBudgets()
+{
+    std::string d = path("llama-rand");
+    fs::create_directories(d);
+    fixtures::LlamaShape s{1000, 64, 128, 6, 4, 2, true};
+    fixtures::writeSharded(d, fixtures::llamaTensors(s, DType::F32), 1, false, false);
+    fixtures::writeJson(d + "/config.json", fixtures::llamaConfig(s, DType::F32));
+    std::vector<ModuleTree> trees{buildModuleTree(Checkpoint::open(d), std::nullopt), distilgpt2(path("distil"))};
+    std::mt19937 rng(7);
+    for (int iter = 0; iter < 400; ++iter) {
+        const ModuleTree& t = trees[size_t(iter) % trees.size()];
+        const double total = double(t.root().bytes);
+        std::uniform_real_distribution<double> frac(0.0, 0.8);
+        Budgets b;
+        int gpus = int(rng() % 4);
+        for (int g = 0; g < gpus; ++g)
+            b.push_back({Device::gpu(g), std::floor(frac(rng) * total)});
+        if (rng() % 4)
+            b.push_back({Device::cpu(), std::floor(frac(rng) * total)});
+        Strategy st = Strategy(rng() % 4);
+        Plan p = plan(t, b, st);
+        const std::string ctx = mapText(p.deviceMap);
+        // every tensor covered exactly once: no key lies under another
+        QVERIFY2(validateDeviceMap(t, p.deviceMap).errors.empty(), ctx.c_str());
+        for (const auto& [k1, d1] : p.deviceMap)
+            for (const auto& [k2, d2] : p.deviceMap)
+                if (k1 != k2)
+                    QVERIFY2(!(k1.empty() || k2.rfind(k1 + ".", 0) == 0), ctx.c_str());
+        // no device over its budget
+        for (const auto& dt : p.devices)
+            if (dt.device.kind != Device::Disk)
+                QVERIFY2(double(dt.used) <= dt.budget, ctx.c_str());
+        // devices fill in order along the model (tied duplicates aside)
+        int last = -1;
+        Budgets order = p.budgets;
+        order.push_back({Device::disk(), 0});
+        for (const auto& prm : t.params()) {
+            if (prm.duplicate || t.paramBytes(prm) == 0)
+                continue;
+            Device dev = *deviceFor(p.deviceMap, prm.name);
+            int pos = int(std::find_if(order.begin(), order.end(), [&](const DeviceBudget& x) { return x.device == dev; }) -
+                          order.begin());
+            QVERIFY2(pos >= last, (ctx + " at " + prm.name).c_str());
+            last = pos;
+        }
+        // export -> import is the identity
+        QCOMPARE(deviceMapToJson(deviceMapFromJson(deviceMapToJson(p.deviceMap), "x")), deviceMapToJson(p.deviceMap));
+    }
+}
+
+QTEST_APPLESS_MAIN(TestPlanner)
+#include "tst_planner.moc"

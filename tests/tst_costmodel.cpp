@@ -312,7 +312,7 @@ void TestCostModel::measuresThisMachinePlausibly()
     const auto t0 = std::chrono::steady_clock::now();
     const auto p = measureThisMachine();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    qInfo("this machine: %s; RAM %.1f GB, RAM read %.1f GB/s, CPU %.1f GFLOP/s, disk %.1f GB/s, %zu GPU(s), %.3f s",
+    qInfo("%s; RAM %.1f GB, RAM read %.1f GB/s, CPU %.1f GFLOP/s, disk %.1f GB/s, %zu GPU(s), %.3f s",
           p.name.c_str(), double(p.ramBytes) / 1e9, p.ramBandwidth / 1e9, p.cpuFlops / 1e9, p.diskReadBandwidth / 1e9,
           p.gpus.size(), seconds);
     QVERIFY2(seconds < 1.0, qPrintable(QString::number(seconds)));

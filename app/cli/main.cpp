@@ -5,6 +5,8 @@
 #include "stowage/error.h"
 
 #include <cstdio>
+#include <dlfcn.h>
+#include <filesystem>
 #include <exception>
 #include <string>
 #include <vector>
@@ -19,9 +21,43 @@ const char* kUsage =
     "  plan    [PATH] [--max-memory DEV=SIZE]... [--strategy auto|balanced|balanced_low_0|sequential]\n"
     "          [--dtype DT] [--no-split CLASS]... [--offload-buffers] [--kv-cache CTX[xBATCH]]\n"
     "          [--device-map FILE] [--explain] [--report FILE] [--hardware PRESET|FILE.json] [--json] [-o FILE]\n"
+    "  run     [PATH] [--device-map FILE | plan options] [--prompt-ids 1,2,3] [--max-new-tokens N]\n"
+    "          [--greedy | --temperature T --top-k K --top-p P --seed N] [--offload-folder DIR]\n"
+    "          [--simulate-gpus] [--no-prefetch] [--threads N] [--ignore-eos] [--json]\n"
     "\n"
     "PATH is a checkpoint folder, an index .json, a .safetensors/.bin file or a\n"
     "Hub cache folder (models--org--name); without it the bundled demo is used.\n";
+
+// `run` lives in a plugin linked with LibTorch, loaded only when needed.
+int runPlugin(const std::vector<std::string>& args)
+{
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    fs::path exeDir = fs::read_symlink("/proc/self/exe", ec).parent_path();
+    void* lib = nullptr;
+    std::string tried;
+    for (const fs::path& p : {exeDir / "libstowage_run.so", exeDir.parent_path() / "lib" / "stowage" / "libstowage_run.so"}) {
+        lib = dlopen(p.c_str(), RTLD_NOW | RTLD_LOCAL);
+        if (lib)
+            break;
+        tried += std::string(tried.empty() ? "" : "; ") + dlerror();
+    }
+    if (!lib) {
+        std::fprintf(stderr, "stowage-cli: internal error: this build has no LibTorch runtime (%s)\n", tried.c_str());
+        return 1;
+    }
+    using Entry = int (*)(int, char**);
+    auto entry = reinterpret_cast<Entry>(dlsym(lib, "stowage_cli_run"));
+    if (!entry) {
+        std::fprintf(stderr, "stowage-cli: internal error: the runtime plugin has no entry point\n");
+        return 1;
+    }
+    std::vector<char*> argv;
+    for (const auto& s : args)
+        argv.push_back(const_cast<char*>(s.c_str()));
+    argv.push_back(nullptr);
+    return entry(int(args.size()), argv.data());
+}
 
 } // namespace
 
@@ -39,6 +75,8 @@ int main(int argc, char** argv)
             return stowage::cli::inspectCommand(args);
         if (command == "plan")
             return stowage::cli::planCommand(args);
+        if (command == "run")
+            return runPlugin(args);
         std::fprintf(stderr, "stowage-cli: unknown command '%s' (try --help)\n", command.c_str());
         return 2;
     } catch (const stowage::InputError& e) {

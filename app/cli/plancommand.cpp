@@ -3,6 +3,7 @@
 #include "args.h"
 #include "commands.h"
 #include "format.h"
+#include "planoptions.h"
 
 #include "stowage/checkpoint.h"
 #include "stowage/costmodel.h"
@@ -19,85 +20,6 @@
 
 namespace stowage::cli {
 namespace {
-
-Budgets parseMaxMemory(const Args& a)
-{
-    Budgets b;
-    for (const auto& spec : a.values("--max-memory")) {
-        auto eq = spec.find('=');
-        if (eq == std::string::npos)
-            throw InputError("--max-memory " + spec, "expected DEV=SIZE, e.g. 0=20GiB or cpu=64GB");
-        std::string dev = spec.substr(0, eq);
-        auto d = Device::parse(dev);
-        if (!d)
-            throw InputError("--max-memory " + spec,
-                             "unknown device '" + dev + "' (use a GPU index such as 0, or cpu, or disk)");
-        b.push_back({*d, double(parseSize(spec.substr(eq + 1), "--max-memory " + spec))});
-    }
-    return b;
-}
-
-Budgets machineBudgets()
-{
-    MachineMemory m = detectMachineMemory();
-    Budgets b;
-    for (size_t i = 0; i < m.gpuFreeBytes.size(); ++i)
-        b.push_back({Device::gpu(int(i)), double(m.gpuFreeBytes[i])});
-    b.push_back({Device::cpu(), double(m.ramAvailableBytes)});
-    return b;
-}
-
-std::optional<KvReserve> parseKv(const Args& a, const Checkpoint& ck, const ModuleTree& tree)
-{
-    auto v = a.value("--kv-cache");
-    if (!v)
-        return std::nullopt;
-    int ctx = 0, batch = 1;
-    char x = 0;
-    std::istringstream in(*v);
-    in >> ctx;
-    if (in && !in.eof()) {
-        in >> x >> batch;
-        if (x != 'x')
-            ctx = 0;
-    }
-    if (!in.eof() || ctx <= 0 || batch <= 0 || (in.fail() && !in.eof()))
-        throw InputError("--kv-cache " + *v, "expected CONTEXT or CONTEXTxBATCH, e.g. 4096 or 8192x4");
-    if (!ck.config())
-        throw InputError(ck.weightsPath(), "--kv-cache needs config.json beside the weights");
-    auto r = kvReserveFor(*ck.config(), tree, ctx, batch, *tree.dtype());
-    if (!r)
-        throw InputError(ck.config()->path(), "--kv-cache: model_type '" + ck.config()->modelType() +
-                                                  "' is not a family whose attention shape Stowage knows");
-    return r;
-}
-
-std::string readFile(const std::string& path)
-{
-    std::ifstream in(path, std::ios::binary);
-    if (!in)
-        throw InputError(path, "cannot read");
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
-void writeFile(const std::string& path, const std::string& text)
-{
-    const std::string tmp = path + ".partial";
-    {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        if (!out)
-            throw InputError(path, "cannot write");
-        out << text;
-        if (!out.flush())
-            throw InputError(path, "cannot write (disk full?)");
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-        std::remove(tmp.c_str());
-        throw InputError(path, "cannot write");
-    }
-}
 
 HardwareProfile hardwareFor(const Args& a)
 {
@@ -129,38 +51,20 @@ nlohmann::ordered_json costJson(const CostEstimate& c, const HardwareProfile& hw
 
 int planCommand(const std::vector<std::string>& argv)
 {
-    Args a(argv, {"--max-memory", "--strategy", "--dtype", "--no-split", "--kv-cache", "-o", "--report", "--device-map",
-                  "--hardware"},
-           {"--offload-buffers", "--json", "--explain"});
+    auto valued = planValuedOptions();
+    valued.insert({"-o", "--report", "--device-map", "--hardware"});
+    auto flags = planFlagOptions();
+    flags.insert({"--json", "--explain"});
+    Args a(argv, valued, flags);
     Checkpoint ck = Checkpoint::open(checkpointPath(a));
     ModuleTree tree = buildModuleTree(ck, parseDTypeOption(a));
 
-    PlanOptions o;
-    if (auto s = a.value("--strategy")) {
-        auto st = strategyFromName(*s);
-        if (!st)
-            throw InputError("--strategy " + *s, "expected auto, balanced, balanced_low_0 or sequential");
-        o.strategy = *st;
-    }
-    Budgets given = parseMaxMemory(a);
-    if (!given.empty())
-        o.maxMemory = given;
-    else
-        o.machineMemory = machineBudgets();
-    if (!a.values("--no-split").empty())
-        o.noSplit = a.values("--no-split");
-    o.offloadBuffers = a.flag("--offload-buffers");
-    o.kv = parseKv(a, ck, tree);
-
+    PlanOptions o = planOptionsFromArgs(a, ck, tree);
     Plan plan;
     std::vector<std::string> warnings;
     if (auto mapFile = a.value("--device-map")) {
         // Check the user's map instead of computing one.
-        plan.deviceMap = deviceMapFromJson(readFile(*mapFile), *mapFile);
-        MapCheck check = validateDeviceMap(tree, plan.deviceMap);
-        if (!check.errors.empty())
-            throw InputError(*mapFile, check.errors[0]);
-        warnings = check.warnings;
+        plan.deviceMap = loadDeviceMap(*mapFile, tree, &warnings);
         std::map<Device, uint64_t> used;
         for (const auto& p : tree.params())
             used[*deviceFor(plan.deviceMap, p.name)] += tree.paramBytes(p);

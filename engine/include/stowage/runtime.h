@@ -1,7 +1,20 @@
 #pragma once
-// The LibTorch-backed part of the engine. This header stays free of LibTorch
-// types so Qt code can include it.
+// The LibTorch-backed part of the engine: load a checkpoint by a device map,
+// keep offloaded weights in an offload store, run forward passes through
+// hooks, and generate. This header stays free of LibTorch types so Qt code
+// (and the LibTorch-free CLI) can include it.
+#include "stowage/checkpoint.h"
+#include "stowage/costmodel.h"
+#include "stowage/moduletree.h"
+#include "stowage/planner.h"
+#include "stowage/telemetry.h"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace stowage {
 
@@ -9,5 +22,77 @@ namespace stowage {
 std::string runtimeDescription();
 // True when LibTorch was built with CUDA and sees at least one GPU.
 bool cudaAvailable();
+// The model_types run() can execute.
+std::vector<std::string> runnableModelTypes();
+
+// Return false to cancel; `fraction` is 0..1.
+using ProgressFn = std::function<bool(double fraction, const std::string& what)>;
+
+struct LoadOptions {
+    DeviceMap deviceMap{{"", Device::cpu()}};
+    std::optional<DType> dtype;   // compute dtype; default: the checkpoint's (fp16 becomes fp32 on CPU)
+    std::string offloadFolder;    // needed when disk tensors cannot be read from the original files
+    bool simulateGpus = false;    // GPUs in the map become budgeted pools of CPU memory
+    Budgets gpuBudgets;           // limits enforced on (simulated) GPUs
+    double simulatedPcieBytesPerSecond = 0; // throttle copies to simulated GPUs (0 = as fast as memcpy)
+    bool prefetch = true;         // fetch the next module's offloaded weights while the current one runs
+    int threads = 0;              // 0: every core this process may use
+};
+
+// A model with its weights dispatched; forward passes keep a KV cache.
+class Model {
+public:
+    // Throws InputError (bad map, unknown family, unwritable offload folder),
+    // Cancelled when progress returns false (everything loaded is released).
+    static std::unique_ptr<Model> load(const Checkpoint& checkpoint, const ModuleTree& tree, const LoadOptions& options,
+                                       const ProgressFn& progress = {});
+    ~Model();
+
+    // Runs `ids` after what the cache holds; returns float32 logits, one row of
+    // vocabSize() per position when allPositions, else only the last position's.
+    std::vector<float> forward(const std::vector<int32_t>& ids, bool allPositions = false);
+    void resetCache();
+    int vocabSize() const;
+    int cachedTokens() const;
+    const std::string& modelType() const;
+    // Devices in use, each with "simulated" said where it applies.
+    std::vector<std::string> deviceDescriptions() const;
+    Telemetry& telemetry();
+
+    struct Impl;
+
+private:
+    explicit Model(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> m_impl;
+};
+
+struct SamplingOptions {
+    int maxNewTokens = 32;
+    bool greedy = true;
+    float temperature = 1.0f;
+    int topK = 0;      // 0: off
+    float topP = 1.0f; // 1: off
+    uint64_t seed = 0;
+    std::vector<int32_t> stopIds;
+};
+
+struct GenerationResult {
+    std::vector<int32_t> tokens; // generated ids (without the prompt)
+    double prefillSeconds = 0;
+    double decodeSeconds = 0;
+    double decodeTokensPerSecond() const
+    {
+        return tokens.size() > 1 && decodeSeconds > 0 ? double(tokens.size() - 1) / decodeSeconds : 0;
+    }
+    std::vector<std::vector<float>> logits; // per generated token, when asked for
+};
+
+// Prefill, then decode token by token. `onToken` gets each id as it is
+// chosen; returning false stops. Throws Cancelled never: a stop is a result.
+GenerationResult generate(Model& model, const std::vector<int32_t>& prompt, const SamplingOptions& options,
+                          const std::function<bool(int32_t)>& onToken = {}, bool keepLogits = false);
+
+// Chooses the next token from float32 logits (exposed for tests).
+int32_t sampleToken(const std::vector<float>& logits, const SamplingOptions& options, uint64_t step);
 
 } // namespace stowage

@@ -1,0 +1,25 @@
+#pragma once
+// Options shared by `plan` and `run`: budgets, strategy, no-split, KV cache.
+#include "args.h"
+
+#include "stowage/checkpoint.h"
+#include "stowage/planner.h"
+
+#include <set>
+#include <string>
+#include <vector>
+
+namespace stowage::cli {
+
+std::set<std::string> planValuedOptions();
+std::set<std::string> planFlagOptions();
+// Without --max-memory, the budgets are what this machine has free (as Accelerate's get_max_memory).
+PlanOptions planOptionsFromArgs(const Args& args, const Checkpoint& ck, const ModuleTree& tree);
+// A user's device-map JSON, validated against the tree (the first error is thrown as InputError).
+DeviceMap loadDeviceMap(const std::string& path, const ModuleTree& tree, std::vector<std::string>* warnings);
+
+std::string readFile(const std::string& path);
+// Written to PATH.partial then renamed, so a failed write leaves no half file.
+void writeFile(const std::string& path, const std::string& text);
+
+} // namespace stowage::cli

@@ -1,0 +1,140 @@
+// Llama 2/3 (with llama3 rope scaling), Mistral, Qwen2 (q/k/v bias) and Qwen3
+// (per-head q/k RMSNorm before rotary), following transformers' modeling files.
+#include "runner.h"
+
+#include <cmath>
+
+namespace stowage::arch {
+namespace {
+
+at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w, double eps)
+{
+    at::Tensor f = x.to(at::kFloat);
+    f = f * at::rsqrt(f.pow(2).mean(-1, true) + eps);
+    return w * f.to(x.scalar_type());
+}
+
+at::Tensor rotateHalf(const at::Tensor& x)
+{
+    auto halves = x.chunk(2, -1);
+    return at::cat({-halves[1], halves[0]}, -1);
+}
+
+at::Tensor linear(const at::Tensor& x, const UnitScope& u, const std::string& name, bool bias)
+{
+    return bias ? at::linear(x, u.w(name + ".weight"), u.w(name + ".bias")) : at::linear(x, u.w(name + ".weight"));
+}
+
+class LlamaFamily : public Runner {
+public:
+    LlamaFamily(const ModelConfig& c, WeightStore& s) : m_store(s)
+    {
+        m_type = c.modelType();
+        m_hidden = c.integer("hidden_size");
+        m_heads = c.integer("num_attention_heads");
+        m_kvHeads = c.integer("num_key_value_heads", m_heads);
+        m_headDim = c.has("head_dim") ? c.integer("head_dim") : m_hidden / m_heads;
+        m_layers = c.integer("num_hidden_layers");
+        m_vocab = c.integer("vocab_size");
+        m_eps = c.number("rms_norm_eps", 1e-6);
+        m_qkvBias = m_type == "qwen2" || c.boolOr("attention_bias", false);
+        m_oBias = m_type != "qwen2" && c.boolOr("attention_bias", false);
+        m_mlpBias = c.boolOr("mlp_bias", false);
+        m_invFreq = inverseFrequencies(c);
+    }
+    std::vector<std::string> units() const override
+    {
+        std::vector<std::string> u{"model.embed_tokens"};
+        for (int64_t i = 0; i < m_layers; ++i)
+            u.push_back("model.layers." + std::to_string(i));
+        u.push_back("model.norm");
+        u.push_back("lm_head");
+        return u;
+    }
+    int64_t vocabSize() const override { return m_vocab; }
+    int64_t layers() const override { return m_layers; }
+
+    at::Tensor forward(const at::Tensor& ids, int64_t past, std::vector<LayerCache>& cache) override
+    {
+        const int64_t T = ids.size(1);
+        at::Tensor h, idsOn = ids;
+        {
+            UnitScope u(m_store, "model.embed_tokens", idsOn);
+            h = at::embedding(u.w("weight"), idsOn[0]);
+        }
+        // cos/sin in float32, as LlamaRotaryEmbedding computes them
+        at::Tensor pos = at::arange(past, past + T, at::kFloat);
+        at::Tensor freqs = at::outer(pos, m_invFreq);
+        at::Tensor emb = at::cat({freqs, freqs}, -1);
+        at::Tensor cosF = emb.cos(), sinF = emb.sin();
+        for (int64_t l = 0; l < m_layers; ++l) {
+            UnitScope u(m_store, "model.layers." + std::to_string(l), h);
+            at::Tensor cos = cosF.to(u.device(), h.scalar_type()), sin = sinF.to(u.device(), h.scalar_type());
+            at::Tensor x = rmsNorm(h, u.w("input_layernorm.weight"), m_eps);
+            at::Tensor q = linear(x, u, "self_attn.q_proj", m_qkvBias).view({1, T, m_heads, m_headDim});
+            at::Tensor k = linear(x, u, "self_attn.k_proj", m_qkvBias).view({1, T, m_kvHeads, m_headDim});
+            at::Tensor v = linear(x, u, "self_attn.v_proj", m_qkvBias).view({1, T, m_kvHeads, m_headDim});
+            if (m_type == "qwen3") {
+                q = rmsNorm(q, u.w("self_attn.q_norm.weight"), m_eps);
+                k = rmsNorm(k, u.w("self_attn.k_norm.weight"), m_eps);
+            }
+            q = q.transpose(1, 2);
+            k = k.transpose(1, 2);
+            v = v.transpose(1, 2);
+            q = q * cos + rotateHalf(q) * sin;
+            k = k * cos + rotateHalf(k) * sin;
+            auto [kk, vv] = appendCache(cache[size_t(l)], k, v);
+            at::Tensor o = attention(q, kk, vv, 1.0 / std::sqrt(double(m_headDim)));
+            o = o.transpose(1, 2).reshape({T, m_heads * m_headDim});
+            h = h + linear(o, u, "self_attn.o_proj", m_oBias);
+            x = rmsNorm(h, u.w("post_attention_layernorm.weight"), m_eps);
+            at::Tensor g = at::silu(linear(x, u, "mlp.gate_proj", m_mlpBias)) * linear(x, u, "mlp.up_proj", m_mlpBias);
+            h = h + linear(g, u, "mlp.down_proj", m_mlpBias);
+        }
+        {
+            UnitScope u(m_store, "model.norm", h);
+            h = rmsNorm(h, u.w("weight"), m_eps);
+        }
+        UnitScope u(m_store, "lm_head", h);
+        return at::linear(h, u.w("weight")).to(at::kFloat).cpu();
+    }
+
+private:
+    at::Tensor inverseFrequencies(const ModelConfig& c) const
+    {
+        const double theta = c.number("rope_theta", 10000.0);
+        at::Tensor inv = 1.0 / at::pow(theta, at::arange(0, m_headDim, 2, at::kLong).to(at::kFloat) / double(m_headDim));
+        auto rs = c.raw().find("rope_scaling");
+        if (rs == c.raw().end() || !rs->is_object())
+            return inv;
+        std::string type = rs->value("rope_type", rs->value("type", std::string("default")));
+        if (type != "llama3")
+            return inv; // "default"; other types are not used by the families run here
+        const double factor = rs->value("factor", 8.0), low = rs->value("low_freq_factor", 1.0),
+                     high = rs->value("high_freq_factor", 4.0),
+                     oldLen = rs->value("original_max_position_embeddings", 8192.0);
+        const double lowWave = oldLen / low, highWave = oldLen / high;
+        at::Tensor wavelen = 2 * M_PI / inv;
+        at::Tensor scaled = at::where(wavelen > lowWave, inv / factor, inv);
+        at::Tensor smooth = (oldLen / wavelen - low) / (high - low);
+        at::Tensor smoothed = (1 - smooth) * scaled / factor + smooth * scaled;
+        at::Tensor medium = (wavelen >= highWave).logical_and(wavelen <= lowWave);
+        return at::where(medium, smoothed, scaled);
+    }
+
+    WeightStore& m_store;
+    std::string m_type;
+    int64_t m_hidden, m_heads, m_kvHeads, m_headDim, m_layers, m_vocab;
+    double m_eps;
+    bool m_qkvBias, m_oBias, m_mlpBias;
+    at::Tensor m_invFreq;
+};
+
+} // namespace
+
+std::unique_ptr<Runner> makeLlamaFamily(const ModelConfig& c, WeightStore& s)
+{
+    return std::make_unique<LlamaFamily>(c, s);
+}
+
+} // namespace stowage::arch

@@ -1,0 +1,57 @@
+#pragma once
+// One forward pass per family, written against the weight store so that
+// every execution unit goes through the pre/post hooks.
+#include "../weightstore.h"
+#include "stowage/config.h"
+
+#include <ATen/ATen.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace stowage::arch {
+
+struct LayerCache {
+    at::Tensor k, v; // [batch, kv_heads, positions, head_dim] on the layer's device
+};
+
+class Runner {
+public:
+    virtual ~Runner() = default;
+    // Execution units in order; the weight store prefetches along it.
+    virtual std::vector<std::string> units() const = 0;
+    // ids: [1, T] int64 on the CPU, following `past` cached positions.
+    // Returns float32 logits [T, vocab] on the CPU.
+    virtual at::Tensor forward(const at::Tensor& ids, int64_t past, std::vector<LayerCache>& cache) = 0;
+    virtual int64_t vocabSize() const = 0;
+    virtual int64_t layers() const = 0;
+};
+
+std::unique_ptr<Runner> makeRunner(const ModelConfig& config, WeightStore& store);
+
+// Shared pieces.
+// RAII pre/post hook around one unit; moves `x` to the unit's device.
+class UnitScope {
+public:
+    UnitScope(WeightStore& store, const std::string& unit, at::Tensor& x);
+    ~UnitScope();
+    UnitScope(const UnitScope&) = delete;
+    UnitScope& operator=(const UnitScope&) = delete;
+    const at::Tensor& w(const std::string& local) const { return m_store.get(m_prefix + local); }
+    at::Device device() const { return m_device; }
+
+private:
+    WeightStore& m_store;
+    std::string m_unit, m_prefix;
+    at::Device m_device;
+    double m_t0;
+};
+
+// Softmax attention over the cache: q [B,H,T,D], k/v [B,KV,S,D]; causal for
+// the T new positions that follow S-T cached ones. Grouped-query heads repeat.
+at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale);
+// Appends k/v to the layer's cache and returns the full ones.
+std::pair<at::Tensor, at::Tensor> appendCache(LayerCache& c, const at::Tensor& k, const at::Tensor& v);
+
+} // namespace stowage::arch

@@ -1,0 +1,105 @@
+#include "arch/runner.h"
+#include "stowage/error.h"
+#include "stowage/runtime.h"
+
+#include <ATen/Parallel.h>
+
+#include <thread>
+
+namespace stowage {
+
+namespace arch {
+std::unique_ptr<Runner> makeGpt2(const ModelConfig& c, WeightStore& s);
+std::unique_ptr<Runner> makeLlamaFamily(const ModelConfig& c, WeightStore& s);
+std::unique_ptr<Runner> makeOpt(const ModelConfig& c, WeightStore& s);
+
+std::unique_ptr<Runner> makeRunner(const ModelConfig& c, WeightStore& s)
+{
+    const std::string& t = c.modelType();
+    if (t == "gpt2")
+        return makeGpt2(c, s);
+    if (t == "llama" || t == "mistral" || t == "qwen2" || t == "qwen3")
+        return makeLlamaFamily(c, s);
+    if (t == "opt")
+        return makeOpt(c, s);
+    return nullptr;
+}
+} // namespace arch
+
+std::vector<std::string> runnableModelTypes() { return {"gpt2", "llama", "mistral", "qwen2", "qwen3", "opt"}; }
+
+struct Model::Impl {
+    Telemetry telemetry;
+    std::string modelType;
+    std::unique_ptr<WeightStore> store;
+    std::unique_ptr<arch::Runner> runner;
+    std::vector<arch::LayerCache> cache;
+    int64_t cached = 0;
+};
+
+Model::Model(std::unique_ptr<Impl> impl) : m_impl(std::move(impl)) {}
+Model::~Model() = default;
+
+std::unique_ptr<Model> Model::load(const Checkpoint& ck, const ModuleTree& tree, const LoadOptions& options,
+                                   const ProgressFn& progress)
+{
+    if (!ck.config())
+        throw InputError(ck.weightsPath(), "running needs config.json beside the weights");
+    const ModelConfig& cfg = *ck.config();
+    auto types = runnableModelTypes();
+    if (std::find(types.begin(), types.end(), cfg.modelType()) == types.end()) {
+        std::string list;
+        for (const auto& t : types)
+            list += (list.empty() ? "" : ", ") + t;
+        throw InputError(cfg.path(), "model_type '" + cfg.modelType() + "' cannot be run yet (runnable: " + list +
+                                         "); inspect and plan work for it");
+    }
+    if (ck.indexOnly())
+        throw InputError(ck.weightsPath(), "the shards are not downloaded: running needs the weights");
+    int threads = options.threads > 0 ? options.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+    at::set_num_threads(threads);
+
+    auto impl = std::make_unique<Impl>();
+    impl->modelType = cfg.modelType();
+    impl->telemetry.startSampling(20);
+    impl->store = std::make_unique<WeightStore>(ck, tree, options, impl->telemetry);
+    impl->store->load(progress); // a throw here releases everything loaded so far
+    impl->runner = arch::makeRunner(cfg, *impl->store);
+    impl->store->setOrder(impl->runner->units());
+    impl->cache.resize(size_t(impl->runner->layers()));
+    return std::unique_ptr<Model>(new Model(std::move(impl)));
+}
+
+std::vector<float> Model::forward(const std::vector<int32_t>& ids, bool allPositions)
+{
+    if (ids.empty())
+        return {};
+    at::NoGradGuard noGrad;
+    std::vector<int64_t> ids64(ids.begin(), ids.end());
+    for (int64_t id : ids64)
+        if (id < 0 || id >= m_impl->runner->vocabSize())
+            throw InputError("--prompt-ids", "token id " + std::to_string(id) + " is outside the vocabulary (0.." +
+                                                 std::to_string(m_impl->runner->vocabSize() - 1) + ")");
+    at::Tensor t = at::tensor(ids64, at::kLong).view({1, int64_t(ids64.size())});
+    at::Tensor logits = m_impl->runner->forward(t, m_impl->cached, m_impl->cache);
+    m_impl->cached += int64_t(ids.size());
+    if (!allPositions)
+        logits = logits[-1];
+    logits = logits.contiguous();
+    const float* p = logits.data_ptr<float>();
+    return std::vector<float>(p, p + logits.numel());
+}
+
+void Model::resetCache()
+{
+    m_impl->cache.assign(m_impl->cache.size(), arch::LayerCache());
+    m_impl->cached = 0;
+}
+
+int Model::vocabSize() const { return int(m_impl->runner->vocabSize()); }
+int Model::cachedTokens() const { return int(m_impl->cached); }
+const std::string& Model::modelType() const { return m_impl->modelType; }
+std::vector<std::string> Model::deviceDescriptions() const { return m_impl->store->deviceDescriptions(); }
+Telemetry& Model::telemetry() { return m_impl->telemetry; }
+
+} // namespace stowage

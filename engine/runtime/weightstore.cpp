@@ -1,0 +1,359 @@
+#include "weightstore.h"
+
+#include "torchtypes.h"
+
+#include <c10/util/Exception.h>
+
+#include <chrono>
+#include <filesystem>
+
+namespace stowage {
+
+struct WeightStore::Slot {
+    std::string name;
+    Device home;
+    RtDevice* homeDev = nullptr;
+    at::Tensor resident; // on its home device; undefined for disk
+    const uint8_t* src = nullptr; // disk: bytes in the checkpoint mapping or offload file
+    DType srcDType = DType::F32;
+    std::vector<int64_t> shape;
+    uint64_t bytes = 0; // in the compute dtype
+    Slot* tiedTo = nullptr;
+};
+
+namespace {
+bool startsWithUnit(const std::string& name, const std::string& unit)
+{
+    return unit.empty() || name == unit || name.rfind(unit + ".", 0) == 0;
+}
+} // namespace
+
+WeightStore::WeightStore(const Checkpoint& ck, const ModuleTree& tree, const LoadOptions& options, Telemetry& telemetry)
+    : m_ck(ck), m_tree(tree), m_options(options), m_telemetry(telemetry)
+{
+    bool anyGpu = false;
+    for (const auto& [k, d] : options.deviceMap)
+        anyGpu = anyGpu || d.kind == Device::Gpu;
+    DType dt = options.dtype ? *options.dtype : (tree.dtype() ? *tree.dtype() : DType::F32);
+    m_computeDType = toTorch(dt);
+    m_devices.push_back(RtDevice{Device::cpu(), at::Device(at::kCPU), false});
+    m_exec = &m_devices.front();
+    if (anyGpu)
+        m_exec = &deviceFor(Device::gpu(0));
+    // LibTorch 1.13 has no half-precision matmul on the CPU.
+    if (m_exec->torch.is_cpu() && m_computeDType == at::kHalf)
+        m_computeDType = at::kFloat;
+    for (const auto& b : options.gpuBudgets)
+        if (b.device.kind == Device::Gpu)
+            m_telemetry.setLimit(b.device.name(), uint64_t(b.bytes));
+}
+
+WeightStore::~WeightStore()
+{
+    {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        m_stop = true;
+    }
+    m_cv.notify_all();
+    if (m_prefetcher.joinable())
+        m_prefetcher.join();
+}
+
+RtDevice& WeightStore::deviceFor(const Device& d)
+{
+    for (auto& r : m_devices)
+        if (r.device == d)
+            return r;
+    RtDevice r{d, at::Device(at::kCPU), false};
+    if (d.kind == Device::Gpu) {
+        const bool real = !m_options.simulateGpus && at::hasCUDA() && int64_t(d.index) < int64_t(at::detail::getCUDAHooks().getNumGPUs());
+        r.simulated = !real;
+        if (real)
+            r.torch = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(d.index));
+    }
+    m_devices.push_back(r);
+    return m_devices.back();
+}
+
+std::vector<std::string> WeightStore::deviceDescriptions() const
+{
+    std::vector<std::string> out;
+    for (const auto& d : m_devices) {
+        if (d.device.kind == Device::Gpu)
+            out.push_back("GPU " + d.device.name() + (d.simulated ? " (simulated: budgeted CPU memory)" : " (CUDA)"));
+        else
+            out.push_back(d.device.name());
+    }
+    return out;
+}
+
+at::Tensor WeightStore::fromSource(const Slot& s) const
+{
+    // from_blob never owns or writes: the mapping is read-only and outlives the store.
+    return at::from_blob(const_cast<uint8_t*>(s.src), s.shape, at::TensorOptions().dtype(toTorch(s.srcDType)));
+}
+
+// Disk weights are read straight from the original safetensors mapping when
+// no conversion is needed (as transformers does); otherwise, and always for
+// .bin files, they go through the offload folder.
+bool WeightStore::readsInPlace(const Slot& s) const
+{
+    const TensorInfo* t = m_ck.find(s.name);
+    return t && m_ck.shards()[size_t(t->shard)].format == WeightFormat::Safetensors &&
+           toTorch(t->dtype) == m_computeDType;
+}
+
+void WeightStore::load(const ProgressFn& progress)
+{
+    // Every tree parameter gets a slot; tied duplicates point at their original.
+    const auto& params = m_tree.params();
+    std::vector<int> paramOfTensor(m_ck.tensors().size(), -1);
+    for (size_t i = 0; i < params.size(); ++i) {
+        const Param& p = params[i];
+        auto slot = std::make_unique<Slot>();
+        slot->name = p.name;
+        auto home = stowage::deviceFor(m_options.deviceMap, p.name);
+        if (!home)
+            throw InputError("device map", "tensor '" + p.name + "' is not covered by the device map");
+        slot->home = *home;
+        slot->homeDev = &deviceFor(*home);
+        slot->shape = p.shape;
+        slot->bytes = p.numel() * uint64_t(at::elementSize(m_computeDType));
+        if (!p.duplicate) {
+            if (p.tensor < 0)
+                throw InputError(m_ck.weightsPath(), "the checkpoint lacks '" + p.name + "', which running needs");
+            paramOfTensor[size_t(p.tensor)] = int(i);
+        }
+        m_byName[p.name] = slot.get();
+        m_slots.push_back(std::move(slot));
+    }
+    for (size_t i = 0; i < params.size(); ++i)
+        if (params[i].duplicate)
+            m_slots[i]->tiedTo = m_byName.at(params[i].tiedTo);
+
+    bool needOffload = false;
+    uint64_t total = 0, done = 0;
+    for (size_t i = 0; i < params.size(); ++i)
+        if (!params[i].duplicate)
+            total += m_ck.tensors()[size_t(params[i].tensor)].nbytes;
+
+    // Shard by shard, tensor by tensor: only one tensor's copy is in flight.
+    for (size_t shard = 0; shard < m_ck.shards().size(); ++shard) {
+        for (size_t ti = 0; ti < m_ck.tensors().size(); ++ti) {
+            const TensorInfo& t = m_ck.tensors()[ti];
+            if (size_t(t.shard) != shard || paramOfTensor[ti] < 0)
+                continue;
+            Slot& s = *m_slots[size_t(paramOfTensor[ti])];
+            if (progress && !progress(total ? double(done) / double(total) : 0.0, s.name))
+                throw Cancelled();
+            s.src = m_ck.data(t);
+            s.srcDType = t.dtype;
+            if (s.home.kind == Device::Disk) {
+                needOffload = needOffload || !readsInPlace(s);
+            } else {
+                m_telemetry.allocate(s.homeDev->label(), s.bytes, s.name);
+                try {
+                    s.resident = fromSource(s).to(s.homeDev->torch, m_computeDType, false, /*copy=*/true);
+                } catch (const c10::Error& e) {
+                    throw InputError("device " + s.homeDev->label(),
+                                     "cannot hold " + s.name + ": " + std::string(e.what_without_backtrace()));
+                }
+                if (!s.homeDev->torch.is_cpu())
+                    m_telemetry.addH2D(s.bytes);
+            }
+            done += t.nbytes;
+        }
+    }
+
+    if (needOffload) {
+        if (m_options.offloadFolder.empty())
+            throw InputError("--offload-folder",
+                             "the map sends weights to disk that must be converted first; give an offload folder");
+        m_offload = std::make_unique<OffloadStore>(m_options.offloadFolder);
+        m_offload->openExisting();
+        const DType target = m_computeDType == at::kBFloat16 ? DType::BF16
+                             : m_computeDType == at::kHalf   ? DType::F16
+                                                             : DType::F32;
+        bool wrote = false;
+        for (auto& sp : m_slots) {
+            Slot& s = *sp;
+            if (s.tiedTo || s.home.kind != Device::Disk || readsInPlace(s))
+                continue;
+            if (!m_offload->has(s.name, target, s.shape)) {
+                at::Tensor c = fromSource(s).to(m_computeDType).contiguous();
+                m_offload->write(s.name, target, s.shape, c.data_ptr(), uint64_t(c.nbytes()));
+                wrote = true;
+            }
+            s.src = m_offload->data(s.name);
+            s.srcDType = target;
+        }
+        if (wrote)
+            m_offload->commit();
+    }
+    if (progress)
+        progress(1.0, "loaded");
+    m_prefetcher = std::thread([this] { prefetchLoop(); });
+}
+
+const RtDevice& WeightStore::unitDevice(const std::string& unit) const
+{
+    auto it = m_units.find(unit);
+    return it != m_units.end() && it->second.device ? *it->second.device : *m_exec;
+}
+
+bool WeightStore::has(const std::string& name) const { return m_byName.count(name) > 0; }
+
+void WeightStore::fetchInto(Unit& u)
+{
+    for (size_t i = 0; i < u.slots.size(); ++i) {
+        Slot& s = *u.slots[i];
+        if (s.resident.defined() && s.homeDev == u.device)
+            continue; // resident where it computes
+        const double t0 = m_telemetry.now();
+        at::Tensor src = s.resident.defined() ? s.resident : fromSource(s);
+        if (!s.resident.defined())
+            m_telemetry.addDiskRead(uint64_t(src.nbytes()));
+        m_telemetry.allocate(u.device->label(), s.bytes, s.name);
+        u.fetched[i] = src.to(u.device->torch, m_computeDType, false, /*copy=*/true);
+        if (u.device->device.kind == Device::Gpu) {
+            m_telemetry.addH2D(s.bytes);
+            if (u.device->simulated && m_options.simulatedPcieBytesPerSecond > 0)
+                std::this_thread::sleep_for(std::chrono::duration<double>(double(s.bytes) / m_options.simulatedPcieBytesPerSecond));
+        }
+        m_telemetry.event({t0, m_telemetry.now(), s.name, "fetch", u.device->label(), s.bytes});
+    }
+}
+
+void WeightStore::setOrder(std::vector<std::string> units)
+{
+    m_order = std::move(units);
+    for (const auto& u : m_order) {
+        Unit& unit = m_units[u];
+        RtDevice* dev = nullptr;
+        bool oneGpu = true;
+        for (auto& sp : m_slots) {
+            if (!startsWithUnit(sp->name, u))
+                continue;
+            Slot* s = sp->tiedTo ? sp->tiedTo : sp.get();
+            if (std::find(unit.slots.begin(), unit.slots.end(), s) != unit.slots.end())
+                continue;
+            unit.slots.push_back(s);
+            // A unit computes on the GPU holding all its weights, else on the execution device.
+            if (s->home.kind != Device::Gpu || (dev && dev != s->homeDev))
+                oneGpu = false;
+            dev = s->homeDev;
+        }
+        unit.device = (oneGpu && dev) ? dev : m_exec;
+        unit.fetched.assign(unit.slots.size(), at::Tensor());
+        for (size_t i = 0; i < unit.slots.size(); ++i)
+            unit.needsFetch =
+                unit.needsFetch || !(unit.slots[i]->resident.defined() && unit.slots[i]->homeDev == unit.device);
+    }
+}
+
+void WeightStore::enter(const std::string& name)
+{
+    auto it = m_units.find(name);
+    if (it == m_units.end())
+        throw std::logic_error("unit '" + name + "' was not announced to the weight store");
+    Unit& u = it->second;
+    std::unique_lock<std::mutex> lock(m_mutex);
+    m_cv.wait(lock, [&] { return m_inflight != name; });
+    if (!u.ready && u.needsFetch) {
+        // Claim it first so the prefetcher does not fetch the same unit too.
+        u.ready = true;
+        if (m_prefetchWanted == name)
+            m_prefetchWanted.clear();
+        lock.unlock();
+        try {
+            fetchInto(u);
+        } catch (...) {
+            lock.lock();
+            dropFetched(u);
+            throw;
+        }
+        lock.lock();
+    }
+    u.ready = true;
+    m_current = &u;
+    // Start on the next unit (wrapping round: the next token starts again).
+    auto pos = std::find(m_order.begin(), m_order.end(), name);
+    if (m_options.prefetch && pos != m_order.end()) {
+        const std::string& next = (pos + 1 == m_order.end()) ? m_order.front() : *(pos + 1);
+        Unit& n = m_units[next];
+        if (next != name && n.needsFetch && !n.ready) {
+            m_prefetchWanted = next;
+            m_cv.notify_all();
+        }
+    }
+}
+
+// Post-hook work: offloaded copies go away, resident weights stay.
+void WeightStore::dropFetched(Unit& u)
+{
+    for (size_t i = 0; i < u.fetched.size(); ++i)
+        if (u.fetched[i].defined()) {
+            m_telemetry.release(u.device->label(), u.slots[i]->bytes);
+            u.fetched[i] = at::Tensor();
+        }
+    u.ready = false;
+}
+
+void WeightStore::leave(const std::string& name)
+{
+    Unit& u = m_units.at(name);
+    std::lock_guard<std::mutex> lock(m_mutex);
+    dropFetched(u);
+    if (m_current == &u)
+        m_current = nullptr;
+    m_telemetry.event({m_telemetry.now(), m_telemetry.now(), name, "release", u.device->label(), 0});
+}
+
+const at::Tensor& WeightStore::get(const std::string& name) const
+{
+    auto it = m_byName.find(name);
+    if (it == m_byName.end())
+        throw std::logic_error("no weight named '" + name + "'");
+    const Slot* s = it->second->tiedTo ? it->second->tiedTo : it->second;
+    if (m_current) {
+        for (size_t i = 0; i < m_current->slots.size(); ++i)
+            if (m_current->slots[i] == s && m_current->fetched[i].defined())
+                return m_current->fetched[i];
+    }
+    if (!s->resident.defined())
+        throw std::logic_error("weight '" + name + "' is offloaded and its unit is not entered");
+    return s->resident;
+}
+
+void WeightStore::prefetchLoop()
+{
+    std::unique_lock<std::mutex> lock(m_mutex);
+    while (true) {
+        m_cv.wait(lock, [&] { return m_stop || !m_prefetchWanted.empty(); });
+        if (m_stop)
+            return;
+        std::string name = std::move(m_prefetchWanted);
+        m_prefetchWanted.clear();
+        Unit& u = m_units[name];
+        if (u.ready)
+            continue;
+        m_inflight = name;
+        lock.unlock();
+        try {
+            fetchInto(u);
+        } catch (...) {
+            // The unit's own enter() fetches again and reports the error there.
+            lock.lock();
+            dropFetched(u);
+            m_inflight.clear();
+            m_cv.notify_all();
+            continue;
+        }
+        lock.lock();
+        u.ready = true;
+        m_inflight.clear();
+        m_cv.notify_all();
+    }
+}
+
+} // namespace stowage

@@ -1,0 +1,91 @@
+#pragma once
+// Where every weight lives and how it reaches the device that computes with
+// it: Accelerate's dispatch_model + AlignDevicesHook, as a store with
+// enter()/leave() around each execution unit, plus prefetch.
+#include "offloadstore.h"
+#include "stowage/checkpoint.h"
+#include "stowage/runtime.h"
+
+#include <ATen/ATen.h>
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+namespace stowage {
+
+// A device as the runtime sees it: its name in the map, and the torch device
+// that holds its memory (simulated GPUs hold CPU memory).
+struct RtDevice {
+    Device device;
+    at::Device torch{at::kCPU};
+    bool simulated = false;
+    std::string label() const { return device.name(); }
+};
+
+class WeightStore {
+public:
+    WeightStore(const Checkpoint& ck, const ModuleTree& tree, const LoadOptions& options, Telemetry& telemetry);
+    ~WeightStore();
+    void load(const ProgressFn& progress);
+
+    at::ScalarType computeDType() const { return m_computeDType; }
+    const RtDevice& execDevice() const { return *m_exec; }
+    // The device a unit computes on: the GPU all its weights live on, else the execution device.
+    const RtDevice& unitDevice(const std::string& unit) const;
+
+    // Pre-hook: makes the unit's offloaded weights resident on `unitDevice`
+    // (waiting for a prefetch when one is under way) and starts fetching the
+    // next unit. Post-hook (leave): drops what was fetched.
+    // The execution units forward() enters, in order (prefetch follows it).
+    void setOrder(std::vector<std::string> units);
+    void enter(const std::string& unit);
+    void leave(const std::string& unit);
+    // A weight by full name, on its unit's device; only between enter/leave
+    // for offloaded ones. Tied names resolve to the tensor they share.
+    const at::Tensor& get(const std::string& name) const;
+    bool has(const std::string& name) const;
+
+    std::vector<std::string> deviceDescriptions() const;
+
+private:
+    struct Slot;
+    struct Unit {
+        std::vector<Slot*> slots;
+        RtDevice* device = nullptr;
+        std::vector<at::Tensor> fetched; // parallel to slots; undefined when resident
+        bool ready = false;      // fetched (by enter or the prefetcher) and not yet released
+        bool needsFetch = false; // some weight is not resident on `device`
+    };
+    bool readsInPlace(const Slot& s) const;
+    void dropFetched(Unit& u);
+    RtDevice& deviceFor(const Device& d);
+    at::Tensor fromSource(const Slot& s) const; // the stored bytes as a CPU tensor (zero-copy view)
+    void fetchInto(Unit& u);                    // copies offloaded weights to u.device
+    void prefetchLoop();
+
+    const Checkpoint& m_ck;
+    const ModuleTree& m_tree;
+    LoadOptions m_options;
+    Telemetry& m_telemetry;
+    at::ScalarType m_computeDType = at::kFloat;
+    std::deque<RtDevice> m_devices;
+    RtDevice* m_exec = nullptr; // points into m_devices (a deque: stable addresses)
+    std::unique_ptr<OffloadStore> m_offload;
+    std::vector<std::unique_ptr<Slot>> m_slots;
+    std::unordered_map<std::string, Slot*> m_byName;
+    std::unordered_map<std::string, Unit> m_units;
+    std::vector<std::string> m_order; // units in the order forward() enters them
+
+    std::mutex m_mutex;
+    std::condition_variable m_cv;
+    std::string m_prefetchWanted; // unit the prefetch thread should fetch next
+    std::string m_inflight;       // unit the prefetch thread is fetching now
+    Unit* m_current = nullptr;
+    std::thread m_prefetcher;
+    bool m_stop = false;
+};
+
+} // namespace stowage

@@ -1,0 +1,451 @@
+#!/usr/bin/python3
+"""Writes a tiny random-weight checkpoint in the exact Hugging Face layout.
+
+Usage:
+  make_checkpoint.py --family {gpt2,llama,llama3,mistral,qwen2,qwen3,opt,opt-proj}
+                     --out DIR [--seed N] [--dtype float32|bfloat16|float16]
+                     [--shards K] [--tied | --untied] [--no-prefix]
+                     [--pre-ln | --post-ln]   (opt families only)
+
+Writes DIR/config.json, DIR/generation_config.json and either
+DIR/model.safetensors (K=1) or DIR/model-0000i-of-0000K.safetensors plus
+DIR/model.safetensors.index.json. See README.md for the tensor names.
+Exit status 3: torch is not importable by this interpreter.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+try:
+    import torch
+except ImportError:
+    print("torch is not importable by " + sys.executable, file=sys.stderr)
+    sys.exit(3)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import st_io  # noqa: E402
+
+TRANSFORMERS_VERSION = "4.46.0"
+FAMILIES = ["gpt2", "llama", "llama3", "mistral", "qwen2", "qwen3", "opt", "opt-proj"]
+TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+# ----------------------------------------------------------------------------- configs
+
+def gpt2_config(tied):
+    v = 211
+    return {
+        "activation_function": "gelu_new",
+        "architectures": ["GPT2LMHeadModel"],
+        "attn_pdrop": 0.1,
+        "bos_token_id": v - 1,
+        "embd_pdrop": 0.1,
+        "eos_token_id": v - 1,
+        "initializer_range": 0.02,
+        "layer_norm_epsilon": 1e-05,
+        "model_type": "gpt2",
+        "n_ctx": 128,
+        "n_embd": 48,
+        "n_head": 4,
+        "n_inner": None,
+        "n_layer": 3,
+        "n_positions": 128,
+        "reorder_and_upcast_attn": False,
+        "resid_pdrop": 0.1,
+        "scale_attn_by_inverse_layer_idx": False,
+        "scale_attn_weights": True,
+        "summary_activation": None,
+        "summary_first_dropout": 0.1,
+        "summary_proj_to_labels": True,
+        "summary_type": "cls_index",
+        "summary_use_proj": True,
+        "tie_word_embeddings": tied,
+        "use_cache": True,
+        "vocab_size": v,
+    }
+
+
+def llama_like_config(family, tied):
+    # Field sets follow what transformers 4.4x writes for each config class.
+    if family in ("llama", "llama3"):
+        llama3 = family == "llama3"
+        v = 280 if llama3 else 256
+        c = {
+            "architectures": ["LlamaForCausalLM"],
+            "attention_bias": False,
+            "attention_dropout": 0.0,
+            "bos_token_id": 256 if llama3 else 1,
+            "eos_token_id": 257 if llama3 else 2,
+            "head_dim": 16,
+            "hidden_act": "silu",
+            "hidden_size": 64,
+            "initializer_range": 0.02,
+            "intermediate_size": 160 if llama3 else 128,
+            "max_position_embeddings": 1024 if llama3 else 256,
+            "mlp_bias": False,
+            "model_type": "llama",
+            "num_attention_heads": 4,
+            "num_hidden_layers": 2,
+            "num_key_value_heads": 2,
+            "pretraining_tp": 1,
+            "rms_norm_eps": 1e-05,
+            "rope_scaling": None,
+            "rope_theta": 500000.0 if llama3 else 10000.0,
+            "tie_word_embeddings": tied,
+            "use_cache": True,
+            "vocab_size": v,
+        }
+        if llama3:
+            # original_max_position_embeddings is small so that, with head_dim 16 and
+            # theta 5e5, the three llama3 bands (kept / smoothed / divided by factor)
+            # are all populated: wavelengths 6.3 | 32 | 167 ... 6.1e5 vs 16 and 64.
+            c["rope_scaling"] = {
+                "factor": 8.0,
+                "high_freq_factor": 4.0,
+                "low_freq_factor": 1.0,
+                "original_max_position_embeddings": 64,
+                "rope_type": "llama3",
+            }
+        return c
+    if family == "mistral":
+        return {
+            "architectures": ["MistralForCausalLM"],
+            "attention_dropout": 0.0,
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+            "head_dim": 8,
+            "hidden_act": "silu",
+            "hidden_size": 64,
+            "initializer_range": 0.02,
+            "intermediate_size": 112,
+            "max_position_embeddings": 512,
+            "model_type": "mistral",
+            "num_attention_heads": 8,
+            "num_hidden_layers": 2,
+            "num_key_value_heads": 2,
+            "rms_norm_eps": 1e-05,
+            "rope_theta": 1000000.0,
+            "sliding_window": 4096,
+            "tie_word_embeddings": tied,
+            "use_cache": True,
+            "vocab_size": 192,
+        }
+    if family == "qwen2":
+        return {
+            "architectures": ["Qwen2ForCausalLM"],
+            "attention_dropout": 0.0,
+            "bos_token_id": 297,
+            "eos_token_id": 299,
+            "hidden_act": "silu",
+            "hidden_size": 48,
+            "initializer_range": 0.02,
+            "intermediate_size": 96,
+            "max_position_embeddings": 512,
+            "max_window_layers": 3,
+            "model_type": "qwen2",
+            "num_attention_heads": 4,
+            "num_hidden_layers": 3,
+            "num_key_value_heads": 2,
+            "rms_norm_eps": 1e-06,
+            "rope_scaling": None,
+            "rope_theta": 1000000.0,
+            "sliding_window": 512,
+            "tie_word_embeddings": tied,
+            "use_cache": True,
+            "use_sliding_window": False,
+            "vocab_size": 300,
+        }
+    if family == "qwen3":
+        return {
+            "architectures": ["Qwen3ForCausalLM"],
+            "attention_bias": False,
+            "attention_dropout": 0.0,
+            "bos_token_id": 148,
+            "eos_token_id": 150,
+            "head_dim": 16,
+            "hidden_act": "silu",
+            "hidden_size": 48,
+            "initializer_range": 0.02,
+            "intermediate_size": 96,
+            "max_position_embeddings": 512,
+            "max_window_layers": 2,
+            "model_type": "qwen3",
+            "num_attention_heads": 4,
+            "num_hidden_layers": 2,
+            "num_key_value_heads": 2,
+            "rms_norm_eps": 1e-06,
+            "rope_scaling": None,
+            "rope_theta": 1000000.0,
+            "sliding_window": None,
+            "tie_word_embeddings": tied,
+            "use_cache": True,
+            "use_sliding_window": False,
+            "vocab_size": 151,
+        }
+    raise ValueError(family)
+
+
+def opt_config(family, tied, pre_ln):
+    proj = family == "opt-proj"
+    hidden = 64 if proj else 48
+    return {
+        "_remove_final_layer_norm": False,
+        "activation_dropout": 0.0,
+        "activation_function": "relu",
+        "architectures": ["OPTForCausalLM"],
+        "attention_dropout": 0.0,
+        "bos_token_id": 2,
+        "do_layer_norm_before": pre_ln,
+        "dropout": 0.1,
+        "enable_bias": True,
+        "eos_token_id": 2,
+        "ffn_dim": 4 * hidden // 2 if proj else 2 * hidden,
+        "hidden_size": hidden,
+        "init_std": 0.02,
+        "layer_norm_elementwise_affine": True,
+        "layerdrop": 0.0,
+        "max_position_embeddings": 128,
+        "model_type": "opt",
+        "num_attention_heads": 4,
+        "num_hidden_layers": 2,
+        "pad_token_id": 1,
+        "prefix": "</s>",
+        "tie_word_embeddings": tied,
+        "use_cache": True,
+        "vocab_size": 130 if proj else 120,
+        "word_embed_proj_dim": 32 if proj else hidden,
+    }
+
+
+# ----------------------------------------------------------------------------- tensor layouts
+# Each entry: (name, shape, kind). kind picks the init distribution.
+
+def gpt2_layout(c, prefix, tied):
+    H, P, V = c["n_embd"], c["n_positions"], c["vocab_size"]
+    inner = c["n_inner"] or 4 * H
+    p = "transformer." if prefix else ""
+    t = [(p + "wte.weight", [V, H], "embed"), (p + "wpe.weight", [P, H], "pos")]
+    for i in range(c["n_layer"]):
+        h = "%sh.%d." % (p, i)
+        t += [(h + "ln_1.weight", [H], "norm"), (h + "ln_1.bias", [H], "bias")]
+        if not prefix:
+            # Old GPT2Model files (distilgpt2, gpt2) carry the causal-mask buffers.
+            t += [(h + "attn.bias", [1, 1, P, P], "causal_mask"), (h + "attn.masked_bias", [], "masked_bias")]
+        t += [(h + "attn.c_attn.weight", [H, 3 * H], "conv1d"), (h + "attn.c_attn.bias", [3 * H], "bias"),
+              (h + "attn.c_proj.weight", [H, H], "conv1d"), (h + "attn.c_proj.bias", [H], "bias"),
+              (h + "ln_2.weight", [H], "norm"), (h + "ln_2.bias", [H], "bias"),
+              (h + "mlp.c_fc.weight", [H, inner], "conv1d"), (h + "mlp.c_fc.bias", [inner], "bias"),
+              (h + "mlp.c_proj.weight", [inner, H], "conv1d"), (h + "mlp.c_proj.bias", [H], "bias")]
+    t += [(p + "ln_f.weight", [H], "norm"), (p + "ln_f.bias", [H], "bias")]
+    if not tied:
+        t.append(("lm_head.weight", [V, H], "embed"))
+    return t
+
+
+def llama_like_layout(family, c, prefix, tied):
+    H, V, I = c["hidden_size"], c["vocab_size"], c["intermediate_size"]
+    nh, nkv = c["num_attention_heads"], c["num_key_value_heads"]
+    hd = c.get("head_dim") or H // nh
+    qkv_bias = family == "qwen2"
+    p = "model." if prefix else ""
+    t = [(p + "embed_tokens.weight", [V, H], "embed")]
+    for i in range(c["num_hidden_layers"]):
+        l = "%slayers.%d." % (p, i)
+        t.append((l + "input_layernorm.weight", [H], "norm"))
+        for proj, rows in (("q_proj", nh * hd), ("k_proj", nkv * hd), ("v_proj", nkv * hd)):
+            t.append((l + "self_attn.%s.weight" % proj, [rows, H], "linear"))
+            if qkv_bias:
+                t.append((l + "self_attn.%s.bias" % proj, [rows], "bias"))
+        t.append((l + "self_attn.o_proj.weight", [H, nh * hd], "linear"))
+        if family == "qwen3":
+            t += [(l + "self_attn.q_norm.weight", [hd], "qk_norm"), (l + "self_attn.k_norm.weight", [hd], "qk_norm")]
+        t += [(l + "post_attention_layernorm.weight", [H], "norm"),
+              (l + "mlp.gate_proj.weight", [I, H], "linear"),
+              (l + "mlp.up_proj.weight", [I, H], "linear"),
+              (l + "mlp.down_proj.weight", [H, I], "linear")]
+    t.append((p + "norm.weight", [H], "norm"))
+    if not tied:
+        t.append(("lm_head.weight", [V, H], "embed"))
+    return t
+
+
+def opt_layout(c, prefix, tied):
+    H, V, F = c["hidden_size"], c["vocab_size"], c["ffn_dim"]
+    W = c["word_embed_proj_dim"]
+    p = "model.decoder." if prefix else "decoder."
+    # OPTLearnedPositionalEmbedding allocates max_position_embeddings + 2 rows (offset 2).
+    t = [(p + "embed_tokens.weight", [V, W], "embed"),
+         (p + "embed_positions.weight", [c["max_position_embeddings"] + 2, H], "pos")]
+    if W != H:
+        t += [(p + "project_out.weight", [W, H], "linear"), (p + "project_in.weight", [H, W], "linear")]
+    if c["do_layer_norm_before"] and not c["_remove_final_layer_norm"]:
+        t += [(p + "final_layer_norm.weight", [H], "norm"), (p + "final_layer_norm.bias", [H], "bias")]
+    for i in range(c["num_hidden_layers"]):
+        l = "%slayers.%d." % (p, i)
+        for proj in ("k_proj", "v_proj", "q_proj", "out_proj"):
+            t += [(l + "self_attn.%s.weight" % proj, [H, H], "linear"), (l + "self_attn.%s.bias" % proj, [H], "bias")]
+        t += [(l + "self_attn_layer_norm.weight", [H], "norm"), (l + "self_attn_layer_norm.bias", [H], "bias"),
+              (l + "fc1.weight", [F, H], "linear"), (l + "fc1.bias", [F], "bias"),
+              (l + "fc2.weight", [H, F], "linear"), (l + "fc2.bias", [H], "bias"),
+              (l + "final_layer_norm.weight", [H], "norm"), (l + "final_layer_norm.bias", [H], "bias")]
+    if not tied:
+        t.append(("lm_head.weight", [V, W], "embed"))
+    return t
+
+
+# ----------------------------------------------------------------------------- weights
+
+EMBED_STD = 0.15   # token embeddings (and an untied lm_head)
+POS_STD = 0.5      # learned position tables (gpt2 wpe, opt embed_positions)
+LINEAR_GAIN = 1.5  # projections: normal(0, gain / sqrt(fan_in))
+
+
+def make_tensor(shape, kind, gen):
+    """fp32 tensor for one parameter, drawn in layout order from one seeded generator.
+
+    The scales are chosen, not inherited from initializer_range (0.02): with 0.02
+    everywhere the residual stream is the token embedding, a tied model greedily
+    repeats its input and every step picks the same id. Projections get
+    gain/sqrt(fan_in) so activations stay O(1) (fp32 cache/no-cache noise stays
+    well under 1e-5), the small embedding scale keeps the token from dominating,
+    and the big position scale makes learned-position models position dependent.
+    Logits come out with a std of about 1 and |max| of 3-5."""
+    if kind == "causal_mask":
+        n = shape[-1]
+        return torch.tril(torch.ones(n, n)).view(shape)
+    if kind == "masked_bias":
+        return torch.tensor(-1e4)
+    x = torch.randn(shape, generator=gen)
+    if kind == "embed":
+        return x * EMBED_STD
+    if kind == "pos":
+        return x * POS_STD
+    if kind == "linear":    # nn.Linear weight [out, in]
+        return x * (LINEAR_GAIN / math.sqrt(shape[1]))
+    if kind == "conv1d":    # GPT-2 Conv1D weight [in, out]
+        return x * (LINEAR_GAIN / math.sqrt(shape[0]))
+    if kind == "norm":
+        return 1.0 + 0.1 * x
+    if kind == "qk_norm":   # qwen3 q_norm/k_norm: sharper attention, as in real Qwen3
+        return 1.3 + 0.1 * x
+    if kind == "bias":
+        return 0.1 * x
+    raise ValueError(kind)
+
+
+def build(family, seed, tied, prefix, pre_ln):
+    if family == "gpt2":
+        cfg = gpt2_config(tied)
+        layout = gpt2_layout(cfg, prefix, tied)
+    elif family in ("opt", "opt-proj"):
+        cfg = opt_config(family, tied, pre_ln)
+        layout = opt_layout(cfg, prefix, tied)
+    else:
+        cfg = llama_like_config(family, tied)
+        layout = llama_like_layout(family, cfg, prefix, tied)
+    gen = torch.Generator().manual_seed(seed)
+    tensors = [(name, make_tensor(shape, kind, gen)) for name, shape, kind in layout]
+    return cfg, tensors
+
+
+def generation_config(cfg):
+    g = {"_from_model_config": True, "bos_token_id": cfg["bos_token_id"], "eos_token_id": cfg["eos_token_id"]}
+    if "pad_token_id" in cfg:
+        g["pad_token_id"] = cfg["pad_token_id"]
+    g["transformers_version"] = TRANSFORMERS_VERSION
+    return g
+
+
+def split_shards(tensors, k):
+    """Contiguous groups with about total/k bytes each, none empty."""
+    sizes = [len(st_io.tensor_bytes(t)) for _, t in tensors]
+    total = sum(sizes)
+    k = max(1, min(k, len(tensors)))
+    groups, cur, acc = [], [], 0
+    for i, ((name, t), s) in enumerate(zip(tensors, sizes)):
+        remaining_items = len(tensors) - i
+        remaining_groups = k - len(groups)
+        if cur and (acc + s > total * (len(groups) + 1) / k or remaining_items < remaining_groups) \
+                and len(groups) < k - 1:
+            groups.append(cur)
+            cur = []
+        cur.append((name, t))
+        acc += s
+    groups.append(cur)
+    assert len(groups) == k, (len(groups), k)
+    return groups, total
+
+
+def write(out, cfg, tensors, dtype_name, shards):
+    os.makedirs(out, exist_ok=True)
+    dtype = TORCH_DTYPES[dtype_name]
+    stored = [(n, t.to(dtype)) for n, t in tensors]
+    cfg = dict(cfg)
+    cfg["torch_dtype"] = dtype_name
+    cfg["transformers_version"] = TRANSFORMERS_VERSION
+    cfg = dict(sorted(cfg.items()))
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+        f.write("\n")
+    with open(os.path.join(out, "generation_config.json"), "w") as f:
+        json.dump(generation_config(cfg), f, indent=2)
+        f.write("\n")
+    for stale in os.listdir(out):
+        if stale.endswith(".safetensors") or stale == "model.safetensors.index.json":
+            os.remove(os.path.join(out, stale))
+    if shards <= 1:
+        st_io.save_file(stored, os.path.join(out, "model.safetensors"))
+        return
+    groups, total = split_shards(stored, shards)
+    weight_map = {}
+    for i, group in enumerate(groups):
+        fname = "model-%05d-of-%05d.safetensors" % (i + 1, len(groups))
+        st_io.save_file(group, os.path.join(out, fname))
+        for n, _ in group:
+            weight_map[n] = fname
+    index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+    with open(os.path.join(out, "model.safetensors.index.json"), "w") as f:
+        json.dump(index, f, indent=2)
+        f.write("\n")
+
+
+DEFAULT_TIED = {"gpt2": True, "llama": False, "llama3": True, "mistral": False,
+                "qwen2": True, "qwen3": True, "opt": True, "opt-proj": True}
+DEFAULT_PRE_LN = {"opt": True, "opt-proj": False}  # opt-proj mirrors opt-350m (post-LN)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--family", required=True, choices=FAMILIES)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--dtype", default="float32", choices=sorted(TORCH_DTYPES))
+    ap.add_argument("--shards", type=int, default=1)
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument("--tied", dest="tied", action="store_true", default=None)
+    g.add_argument("--untied", dest="tied", action="store_false")
+    ap.add_argument("--no-prefix", action="store_true",
+                    help="base-model layout: gpt2 'h.0...' (+attn.bias/masked_bias buffers), "
+                         "llama family 'layers.0...', opt 'decoder.layers.0...'; implies tied")
+    g2 = ap.add_mutually_exclusive_group()
+    g2.add_argument("--pre-ln", dest="pre_ln", action="store_true", default=None)
+    g2.add_argument("--post-ln", dest="pre_ln", action="store_false")
+    a = ap.parse_args(argv)
+    tied = DEFAULT_TIED[a.family] if a.tied is None else a.tied
+    if a.no_prefix:
+        if a.tied is False:
+            ap.error("--no-prefix writes the base model only (no lm_head.weight); it cannot be --untied")
+        tied = True
+    if a.pre_ln is not None and a.family not in DEFAULT_PRE_LN:
+        ap.error("--pre-ln/--post-ln apply to opt and opt-proj only")
+    pre_ln = DEFAULT_PRE_LN.get(a.family, True) if a.pre_ln is None else a.pre_ln
+    if a.shards < 1:
+        ap.error("--shards must be >= 1")
+    cfg, tensors = build(a.family, a.seed, tied, not a.no_prefix, pre_ln)
+    write(a.out, cfg, tensors, a.dtype, a.shards)
+
+
+if __name__ == "__main__":
+    main()

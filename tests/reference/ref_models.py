@@ -1,0 +1,360 @@
+"""Plain-torch forward passes that follow transformers' eager code paths.
+
+Each model exposes forward(input_ids[T], cache, start) -> (logits[T, V], cache),
+batch size 1, where cache is a per-layer list of (k, v) tensors shaped
+[heads, seq, head_dim] (None before the prefill). forward(ids, None, 0) on a
+whole sequence is the no-cache path.
+"""
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+def _strip(tensors, prefixes):
+    """Maps checkpoint names to names without the model prefix."""
+    out = {}
+    for name, t in tensors.items():
+        for p in prefixes:
+            if name.startswith(p):
+                name = name[len(p):]
+                break
+        out[name] = t
+    return out
+
+
+def _up(dtype):
+    """transformers' "upcast to float32" spots (RMSNorm, rotary, softmax); float64
+    (a diagnostic mode of this reference only) stays float64 instead of being
+    rounded down to float32."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _causal_bias(q_len, k_len, dtype):
+    """Additive mask: 0 where key j <= query i (positions offset by k_len - q_len)."""
+    past = k_len - q_len
+    i = torch.arange(q_len).unsqueeze(1) + past
+    j = torch.arange(k_len).unsqueeze(0)
+    m = torch.zeros(q_len, k_len, dtype=dtype)
+    return m.masked_fill(j > i, torch.finfo(dtype).min)
+
+
+# ============================================================================ GPT-2
+
+class GPT2:
+    """modeling_gpt2.GPT2LMHeadModel: wte + wpe, pre-LN blocks, Conv1D, gelu_new."""
+
+    def __init__(self, cfg, tensors, dtype):
+        w = {k: v.to(dtype) for k, v in _strip(tensors, ["transformer."]).items()}
+        self.w, self.cfg, self.dtype = w, cfg, dtype
+        self.H = cfg["n_embd"]
+        self.nh = cfg["n_head"]
+        self.hd = self.H // self.nh
+        self.L = cfg["n_layer"]
+        self.eps = cfg.get("layer_norm_epsilon", 1e-5)
+        if cfg.get("scale_attn_by_inverse_layer_idx") or cfg.get("reorder_and_upcast_attn"):
+            raise NotImplementedError("scale_attn_by_inverse_layer_idx/reorder_and_upcast_attn")
+        if cfg.get("activation_function", "gelu_new") != "gelu_new":
+            raise NotImplementedError(cfg.get("activation_function"))
+        self.scale_attn = cfg.get("scale_attn_weights", True)
+        tied = cfg.get("tie_word_embeddings", True)
+        self.lm_head = w["wte.weight"] if tied or "lm_head.weight" not in w else w["lm_head.weight"]
+        if not tied and "lm_head.weight" not in w:
+            raise ValueError("tie_word_embeddings is false but lm_head.weight is missing")
+
+    @staticmethod
+    def gelu_new(x):
+        # NewGELUActivation
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+    def ln(self, x, p):
+        return F.layer_norm(x, (self.H,), self.w[p + ".weight"], self.w[p + ".bias"], self.eps)
+
+    def conv1d(self, x, p):
+        # Conv1D: weight is [in, out]; y = b + x @ W
+        return torch.addmm(self.w[p + ".bias"], x, self.w[p + ".weight"])
+
+    def forward(self, ids, cache, start):
+        T = ids.shape[0]
+        pos = torch.arange(start, start + T)
+        h = self.w["wte.weight"][ids] + self.w["wpe.weight"][pos]
+        new_cache = []
+        for i in range(self.L):
+            p = "h.%d." % i
+            r = h
+            x = self.ln(h, p + "ln_1")
+            qkv = self.conv1d(x, p + "attn.c_attn")
+            q, k, v = qkv.split(self.H, dim=-1)
+            q = q.view(T, self.nh, self.hd).transpose(0, 1)
+            k = k.view(T, self.nh, self.hd).transpose(0, 1)
+            v = v.view(T, self.nh, self.hd).transpose(0, 1)
+            if cache is not None:
+                k = torch.cat([cache[i][0], k], dim=1)
+                v = torch.cat([cache[i][1], v], dim=1)
+            new_cache.append((k, v))
+            a = torch.matmul(q, k.transpose(-1, -2))
+            if self.scale_attn:
+                a = a / torch.full([], v.size(-1) ** 0.5, dtype=a.dtype)
+            S = k.shape[1]
+            keep = torch.tril(torch.ones(S, S, dtype=torch.bool))[S - T:S, :S]
+            a = torch.where(keep, a, torch.full([], torch.finfo(a.dtype).min, dtype=a.dtype))
+            a = torch.softmax(a, dim=-1).type(v.dtype)
+            o = torch.matmul(a, v).transpose(0, 1).reshape(T, self.H)
+            o = self.conv1d(o, p + "attn.c_proj")
+            h = r + o
+            r = h
+            x = self.ln(h, p + "ln_2")
+            x = self.conv1d(self.gelu_new(self.conv1d(x, p + "mlp.c_fc")), p + "mlp.c_proj")
+            h = r + x
+        h = self.ln(h, "ln_f")
+        return F.linear(h, self.lm_head).float(), new_cache
+
+
+# ============================================================================ Llama family
+
+def llama3_inv_freq(inv_freq, rs):
+    """modeling_rope_utils._compute_llama3_parameters."""
+    factor = rs["factor"]
+    low_ff = rs["low_freq_factor"]
+    high_ff = rs["high_freq_factor"]
+    old_ctx = rs["original_max_position_embeddings"]
+    low_freq_wavelen = old_ctx / low_ff
+    high_freq_wavelen = old_ctx / high_ff
+    wavelen = 2 * math.pi / inv_freq
+    out = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    smooth = (old_ctx / wavelen - low_ff) / (high_ff - low_ff)
+    smoothed = (1 - smooth) * out / factor + smooth * out
+    medium = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+    return torch.where(medium, smoothed, out)
+
+
+class LlamaLike:
+    """modeling_llama / mistral / qwen2 / qwen3 *ForCausalLM, eager attention."""
+
+    def __init__(self, cfg, tensors, dtype):
+        w = {k: v.to(dtype) for k, v in _strip(tensors, ["model."]).items()}
+        self.w, self.cfg, self.dtype = w, cfg, dtype
+        self.type = cfg["model_type"]
+        self.H = cfg["hidden_size"]
+        self.nh = cfg["num_attention_heads"]
+        self.nkv = cfg.get("num_key_value_heads") or self.nh
+        self.hd = cfg.get("head_dim") or self.H // self.nh
+        self.L = cfg["num_hidden_layers"]
+        self.eps = cfg["rms_norm_eps"]
+        self.scaling = self.hd ** -0.5
+        if cfg.get("hidden_act", "silu") != "silu":
+            raise NotImplementedError(cfg.get("hidden_act"))
+        # Rotary: rope_theta (4.x configs) or rope_parameters (5.x configs)
+        rp = cfg.get("rope_parameters") or {}
+        theta = cfg.get("rope_theta", rp.get("rope_theta", 10000.0))
+        rs = cfg.get("rope_scaling") or (rp if rp.get("rope_type", "default") != "default" else None)
+        dim = int(self.hd * cfg.get("partial_rotary_factor", 1.0))
+        inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+        self.attention_scaling = 1.0
+        if rs is not None:
+            rtype = rs.get("rope_type", rs.get("type", "default"))
+            if rtype == "llama3":
+                inv_freq = llama3_inv_freq(inv_freq, rs)
+            elif rtype != "default":
+                raise NotImplementedError("rope_type " + rtype)
+        self.inv_freq = inv_freq
+        tied = cfg.get("tie_word_embeddings", False)
+        if tied or "lm_head.weight" not in w:
+            if not tied:
+                raise ValueError("tie_word_embeddings is false but lm_head.weight is missing")
+            self.lm_head = w["embed_tokens.weight"]
+        else:
+            self.lm_head = w["lm_head.weight"]
+
+    def rms(self, x, weight):
+        # LlamaRMSNorm: fp32 variance, back to the input dtype, then weight *
+        input_dtype = x.dtype
+        x = x.to(_up(input_dtype))
+        var = x.pow(2).mean(-1, keepdim=True)
+        x = x * torch.rsqrt(var + self.eps)
+        return weight * x.to(input_dtype)
+
+    def rope(self, pos, dtype):
+        # LlamaRotaryEmbedding.forward: fp32 outer product, cat(freqs, freqs)
+        up = _up(dtype)
+        freqs = (self.inv_freq[:, None].to(up) @ pos[None, :].to(up)).transpose(0, 1)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos = emb.cos() * self.attention_scaling
+        sin = emb.sin() * self.attention_scaling
+        return cos.to(dtype), sin.to(dtype)
+
+    @staticmethod
+    def rotate_half(x):
+        x1 = x[..., : x.shape[-1] // 2]
+        x2 = x[..., x.shape[-1] // 2:]
+        return torch.cat((-x2, x1), dim=-1)
+
+    def lin(self, x, p):
+        return F.linear(x, self.w[p + ".weight"], self.w.get(p + ".bias"))
+
+    def forward(self, ids, cache, start):
+        T = ids.shape[0]
+        h = self.w["embed_tokens.weight"][ids]
+        pos = torch.arange(start, start + T)
+        cos, sin = self.rope(pos, h.dtype)
+        cos, sin = cos.unsqueeze(0), sin.unsqueeze(0)  # unsqueeze_dim=1 over heads
+        groups = self.nh // self.nkv
+        new_cache = []
+        for i in range(self.L):
+            p = "layers.%d." % i
+            r = h
+            x = self.rms(h, self.w[p + "input_layernorm.weight"])
+            q = self.lin(x, p + "self_attn.q_proj").view(T, self.nh, self.hd)
+            k = self.lin(x, p + "self_attn.k_proj").view(T, self.nkv, self.hd)
+            v = self.lin(x, p + "self_attn.v_proj").view(T, self.nkv, self.hd)
+            if self.type == "qwen3":
+                q = self.rms(q, self.w[p + "self_attn.q_norm.weight"])
+                k = self.rms(k, self.w[p + "self_attn.k_norm.weight"])
+            q, k, v = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)
+            q = q * cos + self.rotate_half(q) * sin
+            k = k * cos + self.rotate_half(k) * sin
+            if cache is not None:
+                k = torch.cat([cache[i][0], k], dim=1)
+                v = torch.cat([cache[i][1], v], dim=1)
+            new_cache.append((k, v))
+            # repeat_kv: [nkv, S, d] -> [nkv * groups, S, d], kv head j serves q heads j*g..j*g+g-1
+            S = k.shape[1]
+            kr = k[:, None].expand(self.nkv, groups, S, self.hd).reshape(self.nh, S, self.hd)
+            vr = v[:, None].expand(self.nkv, groups, S, self.hd).reshape(self.nh, S, self.hd)
+            a = torch.matmul(q, kr.transpose(1, 2)) * self.scaling
+            a = a + _causal_bias(T, S, a.dtype)
+            a = torch.softmax(a, dim=-1, dtype=_up(q.dtype)).to(q.dtype)
+            o = torch.matmul(a, vr).transpose(0, 1).reshape(T, self.nh * self.hd)
+            h = r + self.lin(o, p + "self_attn.o_proj")
+            r = h
+            x = self.rms(h, self.w[p + "post_attention_layernorm.weight"])
+            x = self.lin(F.silu(self.lin(x, p + "mlp.gate_proj")) * self.lin(x, p + "mlp.up_proj"),
+                         p + "mlp.down_proj")
+            h = r + x
+        h = self.rms(h, self.w["norm.weight"])
+        return F.linear(h, self.lm_head).float(), new_cache
+
+
+# ============================================================================ OPT
+
+class OPT:
+    """modeling_opt.OPTForCausalLM: learned positions (offset 2), ReLU, optional
+    project_in/project_out, pre-LN (do_layer_norm_before) or post-LN."""
+
+    OFFSET = 2
+
+    def __init__(self, cfg, tensors, dtype):
+        w = {k: v.to(dtype) for k, v in _strip(tensors, ["model.decoder.", "decoder."]).items()}
+        self.w, self.cfg, self.dtype = w, cfg, dtype
+        self.H = cfg["hidden_size"]
+        self.nh = cfg["num_attention_heads"]
+        self.hd = self.H // self.nh
+        self.L = cfg["num_hidden_layers"]
+        self.scaling = self.hd ** -0.5
+        self.pre_ln = cfg.get("do_layer_norm_before", True)
+        self.final_ln = self.pre_ln and not cfg.get("_remove_final_layer_norm", False)
+        self.proj = cfg.get("word_embed_proj_dim", self.H) != self.H
+        if cfg.get("activation_function", "relu") != "relu":
+            raise NotImplementedError(cfg.get("activation_function"))
+        if not cfg.get("layer_norm_elementwise_affine", True) or not cfg.get("enable_bias", True):
+            raise NotImplementedError("layer_norm_elementwise_affine/enable_bias false")
+        tied = cfg.get("tie_word_embeddings", True)
+        if tied or "lm_head.weight" not in w:
+            if not tied:
+                raise ValueError("tie_word_embeddings is false but lm_head.weight is missing")
+            self.lm_head = w["embed_tokens.weight"]
+        else:
+            self.lm_head = w["lm_head.weight"]
+
+    def ln(self, x, p):
+        return F.layer_norm(x, (self.H,), self.w[p + ".weight"], self.w[p + ".bias"], 1e-5)
+
+    def lin(self, x, p):
+        return F.linear(x, self.w[p + ".weight"], self.w.get(p + ".bias"))
+
+    def forward(self, ids, cache, start):
+        T = ids.shape[0]
+        # OPTDecoder: attention_mask of ones over past + current tokens;
+        # positions = cumsum(mask) * mask - 1, sliced to the new tokens, + offset 2
+        mask = torch.ones(1, start + T, dtype=torch.long)
+        positions = (torch.cumsum(mask, dim=1).type_as(mask) * mask).long() - 1
+        positions = positions[0, start:]
+        x = self.w["embed_tokens.weight"][ids]
+        if self.proj:
+            x = self.lin(x, "project_in")
+        h = x + self.w["embed_positions.weight"][positions + self.OFFSET]
+        new_cache = []
+        for i in range(self.L):
+            p = "layers.%d." % i
+            r = h
+            if self.pre_ln:
+                h = self.ln(h, p + "self_attn_layer_norm")
+            q = self.lin(h, p + "self_attn.q_proj") * self.scaling
+            k = self.lin(h, p + "self_attn.k_proj")
+            v = self.lin(h, p + "self_attn.v_proj")
+            q = q.view(T, self.nh, self.hd).transpose(0, 1)
+            k = k.view(T, self.nh, self.hd).transpose(0, 1)
+            v = v.view(T, self.nh, self.hd).transpose(0, 1)
+            if cache is not None:
+                k = torch.cat([cache[i][0], k], dim=1)
+                v = torch.cat([cache[i][1], v], dim=1)
+            new_cache.append((k, v))
+            S = k.shape[1]
+            a = torch.matmul(q, k.transpose(1, 2))
+            a = a + _causal_bias(T, S, a.dtype)
+            a = torch.softmax(a, dim=-1, dtype=_up(q.dtype)).to(q.dtype)
+            o = torch.matmul(a, v).transpose(0, 1).reshape(T, self.H)
+            h = r + self.lin(o, p + "self_attn.out_proj")
+            if not self.pre_ln:
+                h = self.ln(h, p + "self_attn_layer_norm")
+            r = h
+            if self.pre_ln:
+                h = self.ln(h, p + "final_layer_norm")
+            h = self.lin(torch.relu(self.lin(h, p + "fc1")), p + "fc2")
+            h = r + h
+            if not self.pre_ln:
+                h = self.ln(h, p + "final_layer_norm")
+        if self.final_ln:
+            h = self.ln(h, "final_layer_norm")
+        if self.proj:
+            h = self.lin(h, "project_out")
+        return F.linear(h, self.lm_head).float(), new_cache
+
+
+def build_model(cfg, tensors, dtype=torch.float32):
+    mt = cfg["model_type"]
+    if mt == "gpt2":
+        return GPT2(cfg, tensors, dtype)
+    if mt in ("llama", "mistral", "qwen2", "qwen3"):
+        return LlamaLike(cfg, tensors, dtype)
+    if mt == "opt":
+        return OPT(cfg, tensors, dtype)
+    raise NotImplementedError("model_type " + mt)
+
+
+@torch.no_grad()
+def generate(model, prompt_ids, max_new_tokens):
+    """Prefill + greedy decode with the KV cache. Returns (token_ids, prefill_logits,
+    step_logits); step_logits[i] are the logits at the input position of token_ids[i],
+    from which token_ids[i + 1] was chosen (so there are max_new_tokens - 1 of them)."""
+    ids = torch.tensor(prompt_ids, dtype=torch.long)
+    logits, cache = model.forward(ids, None, 0)
+    prefill = logits
+    tokens, steps = [], []
+    pos = ids.shape[0]
+    for n in range(max_new_tokens):
+        nxt = int(torch.argmax(logits[-1]))
+        tokens.append(nxt)
+        if n == max_new_tokens - 1:
+            break
+        logits, cache = model.forward(torch.tensor([nxt], dtype=torch.long), cache, pos)
+        steps.append(logits[0])
+        pos += 1
+    return tokens, prefill, steps
+
+
+@torch.no_grad()
+def full_logits(model, ids):
+    """No-cache path: the whole sequence in one forward."""
+    logits, _ = model.forward(torch.tensor(ids, dtype=torch.long), None, 0)
+    return logits

@@ -24,6 +24,7 @@ except ImportError:
     print("torch is not importable by " + sys.executable, file=sys.stderr)
     sys.exit(3)
 
+sys.dont_write_bytecode = True  # keep __pycache__ out of the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import st_io  # noqa: E402
 

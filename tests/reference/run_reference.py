@@ -30,6 +30,7 @@ except ImportError:
     print("torch is not importable by " + sys.executable, file=sys.stderr)
     sys.exit(3)
 
+sys.dont_write_bytecode = True  # keep __pycache__ out of the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import st_io  # noqa: E402
 import ref_models  # noqa: E402
@@ -92,17 +93,18 @@ def main(argv=None):
     torch.set_num_threads(1)
     try:
         model = load(a.checkpoint, COMPUTE_DTYPES[a.dtype])
-    except (OSError, ValueError, KeyError, NotImplementedError) as e:
-        print("run_reference: %s: %s" % (a.checkpoint, e), file=sys.stderr)
+        vocab = model.cfg["vocab_size"]
+        if any(t < 0 or t >= vocab for t in prompt):
+            print("run_reference: prompt id out of range [0, %d)" % vocab, file=sys.stderr)
+            sys.exit(2)
+        if a.no_cache:
+            out = generate_no_cache(model, prompt, a.max_new_tokens)
+        else:
+            out = ref_models.generate(model, prompt, a.max_new_tokens)
+    except (OSError, ValueError, KeyError, NotImplementedError, RuntimeError) as e:
+        # a missing tensor surfaces as KeyError, a wrong shape as RuntimeError
+        print("run_reference: %s: %s: %s" % (a.checkpoint, type(e).__name__, e), file=sys.stderr)
         sys.exit(2)
-    vocab = model.cfg["vocab_size"]
-    if any(t < 0 or t >= vocab for t in prompt):
-        print("run_reference: prompt id out of range [0, %d)" % vocab, file=sys.stderr)
-        sys.exit(2)
-    if a.no_cache:
-        out = generate_no_cache(model, prompt, a.max_new_tokens)
-    else:
-        out = ref_models.generate(model, prompt, a.max_new_tokens)
     json.dump(result_json(*out), sys.stdout)
     sys.stdout.write("\n")
 

@@ -35,6 +35,7 @@ except ImportError:
     sys.exit(3)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.dont_write_bytecode = True  # keep __pycache__ out of the source tree
 sys.path.insert(0, HERE)
 import make_checkpoint  # noqa: E402
 import ref_models  # noqa: E402

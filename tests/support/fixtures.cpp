@@ -6,6 +6,8 @@
 #include <QProcess>
 
 #include <cstdio>
+#include <cstring>
+#include <random>
 #include <fstream>
 #include <stdexcept>
 #include <unistd.h>
@@ -116,6 +118,61 @@ void writeSafetensorsFile(const std::string& path, const std::vector<Tensor>& te
     std::fclose(f);
     if (::truncate(path.c_str(), static_cast<off_t>(header.size() + dataBytes)) != 0)
         throw std::runtime_error("cannot extend " + path);
+}
+
+namespace {
+uint16_t halfBits(float f, DType dt)
+{
+    uint32_t b;
+    std::memcpy(&b, &f, 4);
+    if (dt == DType::BF16)
+        return uint16_t((b + 0x7FFF + ((b >> 16) & 1)) >> 16); // round to nearest even
+    // float16, for the small normal values fixtures use
+    uint32_t sign = (b >> 16) & 0x8000;
+    int32_t exp = int32_t((b >> 23) & 0xFF) - 127 + 15;
+    uint32_t mant = b & 0x7FFFFF;
+    if (exp <= 0)
+        return uint16_t(sign);
+    if (exp >= 31)
+        return uint16_t(sign | 0x7C00);
+    return uint16_t(sign | uint32_t(exp) << 10 | ((mant + 0x1000) >> 13));
+}
+} // namespace
+
+void writeRandomSafetensors(const std::string& path, const std::vector<Tensor>& tensors, uint32_t seed, float scale)
+{
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, scale);
+    std::vector<stowage::TensorBlob> blobs;
+    for (const auto& t : tensors) {
+        stowage::TensorBlob b{t.name, t.dtype, t.shape, {}};
+        uint64_t n = 1;
+        for (auto d : t.shape)
+            n *= uint64_t(d);
+        b.bytes.resize(n * uint64_t(stowage::dtypeSize(t.dtype)));
+        for (uint64_t i = 0; i < n; ++i) {
+            float v = dist(rng);
+            if (t.dtype == DType::F32) {
+                std::memcpy(b.bytes.data() + 4 * i, &v, 4);
+            } else if (t.dtype == DType::BF16 || t.dtype == DType::F16) {
+                uint16_t h = halfBits(v, t.dtype);
+                std::memcpy(b.bytes.data() + 2 * i, &h, 2);
+            } else {
+                b.bytes[i * uint64_t(stowage::dtypeSize(t.dtype))] = uint8_t(rng());
+            }
+        }
+        blobs.push_back(std::move(b));
+    }
+    stowage::writeSafetensors(path, blobs);
+}
+
+void writeTinyGpt2(const std::string& dir, DType dt, int64_t layers, uint32_t seed)
+{
+    Gpt2Shape s{97, 32, 16, layers};
+    writeRandomSafetensors(dir + "/model.safetensors", gpt2Tensors(s, dt), seed);
+    nlohmann::json c = gpt2Config(s, dt);
+    c["n_head"] = 4;
+    writeJson(dir + "/config.json", c);
 }
 
 void writeSharded(const std::string& dir, const std::vector<Tensor>& tensors, int shards, bool sparse, bool writeShards)

@@ -41,6 +41,12 @@ nlohmann::json llamaConfig(const LlamaShape& s, stowage::DType dt);
 // Data is deterministic pseudo-random bytes; with `sparse`, zeros written as a
 // sparse file, so a 160 MB checkpoint costs nothing.
 void writeSafetensorsFile(const std::string& path, const std::vector<Tensor>& tensors, bool sparse);
+// Floating tensors filled with seeded normal values (std `scale`), for
+// checkpoints that are actually run.
+void writeRandomSafetensors(const std::string& path, const std::vector<Tensor>& tensors, uint32_t seed,
+                            float scale = 0.2f);
+// A runnable tiny GPT-2 checkpoint folder (config.json + model.safetensors).
+void writeTinyGpt2(const std::string& dir, stowage::DType dt, int64_t layers = 3, uint32_t seed = 1);
 // model-0000i-of-0000n.safetensors + model.safetensors.index.json; with
 // `writeShards` false only the index (plan before download).
 void writeSharded(const std::string& dir, const std::vector<Tensor>& tensors, int shards, bool sparse,

@@ -1,0 +1,147 @@
+// Every family against an independent fp32 reference in Python
+// (tests/reference/, written from transformers' code paths): logits within
+// 1e-4 and identical greedy tokens for 24 steps, with all-CPU and with
+// offloaded maps planned for small budgets.
+#include "fixtures.h"
+#include "stowage/checkpoint.h"
+#include "stowage/error.h"
+#include "stowage/planner.h"
+#include "stowage/runtime.h"
+
+#include <QtTest>
+
+#include <cmath>
+#include <filesystem>
+
+using namespace stowage;
+namespace fs = std::filesystem;
+
+namespace {
+
+const QString kReference = QStringLiteral(STOWAGE_TEST_SCRIPTS "/../reference");
+const std::vector<int32_t> kPrompt{3, 17, 5, 42, 8, 1};
+constexpr int kSteps = 24;
+
+bool python(const QStringList& args, QByteArray* out, QByteArray* err)
+{
+    QProcess p;
+    p.start(QStringLiteral(STOWAGE_PYTHON), args);
+    if (!p.waitForFinished(120000))
+        return false;
+    *out = p.readAllStandardOutput();
+    *err = p.readAllStandardError();
+    return p.exitStatus() == QProcess::NormalExit && p.exitCode() == 0;
+}
+
+double maxDiff(const std::vector<float>& a, const nlohmann::json& b)
+{
+    if (!b.is_array() || a.size() != b.size())
+        return INFINITY;
+    double m = 0;
+    for (size_t i = 0; i < a.size(); ++i)
+        m = std::max(m, std::abs(double(a[i]) - b[i].get<double>()));
+    return m;
+}
+
+} // namespace
+
+class TestReference : public QObject {
+    Q_OBJECT
+    QTemporaryDir m_tmp;
+private slots:
+    void initTestCase();
+    void matchesReference_data();
+    void matchesReference();
+};
+
+void TestReference::initTestCase()
+{
+    QByteArray out, err;
+    if (!python({"-c", "import torch, numpy"}, &out, &err))
+        QSKIP("Debian's python3-torch is needed for the reference models");
+}
+
+void TestReference::matchesReference_data()
+{
+    QTest::addColumn<QStringList>("makeArgs");
+    QTest::addColumn<QString>("placement");
+    for (const char* placement : {"cpu", "offloaded", "simulated-gpu"}) {
+        for (const char* family : {"gpt2", "llama", "llama3", "mistral", "qwen2", "qwen3", "opt", "opt-proj"})
+            QTest::addRow("%s %s", family, placement) << QStringList{"--family", family} << placement;
+        QTest::addRow("gpt2 base-model save %s", placement) << QStringList{"--family", "gpt2", "--no-prefix"} << placement;
+        QTest::addRow("llama untied bf16 sharded %s", placement)
+            << QStringList{"--family", "llama", "--dtype", "bfloat16", "--shards", "3", "--untied"} << placement;
+        QTest::addRow("opt pre-ln %s", placement) << QStringList{"--family", "opt-proj", "--pre-ln"} << placement;
+    }
+}
+
+void TestReference::matchesReference()
+{
+    QFETCH(QStringList, makeArgs);
+    QFETCH(QString, placement);
+    const QString dir = m_tmp.path() + "/" + makeArgs.join('_');
+    QByteArray out, err;
+    if (!fs::exists((dir + "/config.json").toStdString()))
+        QVERIFY2(python(QStringList{kReference + "/make_checkpoint.py", "--out", dir, "--seed", "7"} + makeArgs, &out, &err),
+                 err.constData());
+    QString ids;
+    for (int32_t id : kPrompt)
+        ids += (ids.isEmpty() ? "" : ",") + QString::number(id);
+    const QString refFile = dir + "/reference.json";
+    if (!fs::exists(refFile.toStdString())) {
+        QVERIFY2(python({kReference + "/run_reference.py", "--checkpoint", dir, "--prompt-ids", ids, "--max-new-tokens",
+                         QString::number(kSteps)},
+                        &out, &err),
+                 err.constData());
+        fixtures::writeBytes(refFile.toStdString(), out);
+    }
+    QFile rf(refFile);
+    QVERIFY(rf.open(QIODevice::ReadOnly));
+    const auto ref = nlohmann::json::parse(rf.readAll().toStdString());
+
+    Checkpoint ck = Checkpoint::open(dir.toStdString());
+    ModuleTree tree = buildModuleTree(ck, DType::F32);
+    LoadOptions lo;
+    lo.dtype = DType::F32;
+    lo.offloadFolder = (dir + "/offload").toStdString();
+    const double total = double(tree.root().bytes);
+    PlanOptions po;
+    po.strategy = Strategy::Sequential;
+    if (placement == "offloaded")
+        po.maxMemory = Budgets{{Device::cpu(), std::floor(total * 0.5)}};
+    else if (placement == "simulated-gpu")
+        po.maxMemory = Budgets{{Device::gpu(0), std::floor(total * 0.45)}, {Device::cpu(), std::floor(total * 0.3)}};
+    if (po.maxMemory) {
+        lo.deviceMap = planDeviceMap(tree, po).deviceMap;
+        lo.simulateGpus = true;
+        bool spread = false;
+        for (const auto& [k, d] : lo.deviceMap)
+            spread = spread || d.kind == Device::Disk;
+        QVERIFY2(spread, deviceMapToJson(lo.deviceMap).c_str());
+    }
+    auto model = Model::load(ck, tree, lo);
+    std::vector<float> prefill = model->forward(kPrompt, true);
+    const size_t V = size_t(model->vocabSize());
+    QCOMPARE(ref["prefill_logits"].size(), kPrompt.size());
+    for (size_t p = 0; p < kPrompt.size(); ++p) {
+        std::vector<float> row(prefill.begin() + long(p * V), prefill.begin() + long((p + 1) * V));
+        double d = maxDiff(row, ref["prefill_logits"][p]);
+        QVERIFY2(d < 1e-4, qPrintable(QString("prefill position %1 differs by %2").arg(p).arg(d)));
+    }
+    // greedy decode through the KV cache, token for token with the reference
+    std::vector<float> logits(prefill.end() - long(V), prefill.end());
+    std::vector<int32_t> tokens;
+    for (int step = 0; step < kSteps; ++step) {
+        int32_t next = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        tokens.push_back(next);
+        if (step + 1 == kSteps)
+            break;
+        logits = model->forward({next});
+        double d = maxDiff(logits, ref["step_logits"][size_t(step)]);
+        QVERIFY2(d < 1e-4, qPrintable(QString("step %1 differs by %2").arg(step).arg(d)));
+    }
+    QCOMPARE(tokens, ref["token_ids"].get<std::vector<int32_t>>());
+}
+
+QTEST_APPLESS_MAIN(TestReference)
+#include "tst_reference.moc"

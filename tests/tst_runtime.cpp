@@ -1,0 +1,331 @@
+// Dispatch, offload store and hooks: the same logits whatever the map says,
+// offload folders that interchange with Accelerate, cancel, faults.
+#include "fixtures.h"
+#include "stowage/checkpoint.h"
+#include "stowage/error.h"
+#include "stowage/runtime.h"
+
+#include <QtTest>
+
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sys/resource.h>
+
+using namespace stowage;
+namespace fs = std::filesystem;
+
+namespace {
+
+Device dev(const char* s) { return *Device::parse(s); }
+
+uint64_t rssAnonBytes()
+{
+    std::ifstream in("/proc/self/status");
+    std::string key;
+    while (in >> key) {
+        if (key == "RssAnon:") {
+            uint64_t kb = 0;
+            in >> kb;
+            return kb * 1024;
+        }
+        in.ignore(1 << 20, '\n');
+    }
+    return 0;
+}
+
+std::vector<float> logitsFor(const std::string& dir, const LoadOptions& o, std::optional<DType> dt = std::nullopt)
+{
+    Checkpoint ck = Checkpoint::open(dir);
+    ModuleTree tree = buildModuleTree(ck, dt);
+    LoadOptions lo = o;
+    lo.dtype = dt ? dt : tree.dtype();
+    auto m = Model::load(ck, tree, lo);
+    std::vector<float> all = m->forward({5, 17, 3, 42, 8}, true);
+    for (int32_t t : {11, 7, 60}) { // decode steps through the KV cache
+        auto step = m->forward({t});
+        all.insert(all.end(), step.begin(), step.end());
+    }
+    return all;
+}
+
+bool bitIdentical(const std::vector<float>& a, const std::vector<float>& b)
+{
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+bool runPython(const QStringList& args, QByteArray* out = nullptr)
+{
+    QProcess p;
+    p.start(QStringLiteral(STOWAGE_PYTHON), QStringList{QStringLiteral(STOWAGE_TEST_SCRIPTS "/accelerate_offload.py")} + args);
+    p.waitForFinished(60000);
+    if (out)
+        *out = p.readAllStandardOutput() + p.readAllStandardError();
+    return p.exitStatus() == QProcess::NormalExit && p.exitCode() == 0;
+}
+
+bool pythonHasTorch()
+{
+    QProcess p;
+    p.start(QStringLiteral(STOWAGE_PYTHON), {"-c", "import torch, numpy"});
+    return p.waitForFinished(60000) && p.exitCode() == 0;
+}
+
+} // namespace
+
+class TestRuntime : public QObject {
+    Q_OBJECT
+    QTemporaryDir m_tmp;
+    std::string m_f32, m_bf16;
+    std::string path(const std::string& n) const { return m_tmp.path().toStdString() + "/" + n; }
+private slots:
+    void initTestCase();
+    void sameLogitsWhateverTheMap_data();
+    void sameLogitsWhateverTheMap();
+    void convertedDiskWeightsGoThroughTheOffloadFolder();
+    void offloadFolderInterchangesWithAccelerate();
+    void simulatedGpuBudgetIsEnforced();
+    void cancelReleasesEverything();
+    void fullDiskLeavesNoCompleteLookingFolder();
+    void loadAddsNoMoreThanTheWeights();
+    void telemetryRecordsTraffic();
+    void generationIsReproducible();
+};
+
+void TestRuntime::initTestCase()
+{
+    m_f32 = path("gpt2-f32");
+    m_bf16 = path("gpt2-bf16");
+    fs::create_directories(m_f32);
+    fs::create_directories(m_bf16);
+    fixtures::writeTinyGpt2(m_f32, DType::F32);
+    fixtures::writeTinyGpt2(m_bf16, DType::BF16);
+}
+
+void TestRuntime::sameLogitsWhateverTheMap_data()
+{
+    QTest::addColumn<QString>("map");
+    QTest::addColumn<bool>("simulate");
+    QTest::addColumn<bool>("prefetch");
+    for (bool prefetch : {false, true}) {
+        const char* suffix = prefetch ? " +prefetch" : "";
+        QTest::addRow("cpu+disk%s", suffix) << "transformer.wte=cpu transformer.wpe=disk transformer.drop=cpu "
+                                               "transformer.h.0=disk transformer.h.1=cpu transformer.h.2=disk "
+                                               "transformer.ln_f=disk lm_head=cpu"
+                                            << false << prefetch;
+        QTest::addRow("all disk%s", suffix) << "=disk" << false << prefetch;
+        QTest::addRow("simulated 0+cpu+disk%s", suffix)
+            << "transformer.wte=0 transformer.wpe=0 transformer.drop=0 transformer.h.0=0 transformer.h.1=cpu "
+               "transformer.h.2=disk transformer.ln_f=cpu lm_head=0"
+            << true << prefetch;
+        QTest::addRow("simulated two GPUs%s", suffix)
+            << "transformer.wte=0 transformer.wpe=0 transformer.drop=0 transformer.h.0=0 transformer.h.1=1 "
+               "transformer.h.2=1 transformer.ln_f=1 lm_head=0"
+            << true << prefetch;
+    }
+}
+
+void TestRuntime::sameLogitsWhateverTheMap()
+{
+    QFETCH(QString, map);
+    QFETCH(bool, simulate);
+    QFETCH(bool, prefetch);
+    LoadOptions base;
+    const std::vector<float> reference = logitsFor(m_f32, base);
+    QVERIFY(std::all_of(reference.begin(), reference.end(), [](float x) { return std::isfinite(x); }));
+    LoadOptions o;
+    o.deviceMap.clear();
+    for (const QString& e : map.split(' ')) {
+        auto kv = e.split('=');
+        o.deviceMap.emplace_back(kv[0].toStdString(), dev(kv[1].toLatin1().constData()));
+    }
+    o.simulateGpus = simulate;
+    o.prefetch = prefetch;
+    QVERIFY(bitIdentical(logitsFor(m_f32, o), reference));
+}
+
+void TestRuntime::convertedDiskWeightsGoThroughTheOffloadFolder()
+{
+    // bf16 weights computed in fp32 cannot be read in place: they are written once, then reused.
+    LoadOptions cpu;
+    const auto reference = logitsFor(m_bf16, cpu, DType::F32);
+    LoadOptions o;
+    o.deviceMap = {{"transformer.wte", dev("cpu")}, {"transformer.wpe", dev("cpu")}, {"transformer.drop", dev("cpu")},
+                   {"transformer.h", dev("disk")}, {"transformer.ln_f", dev("cpu")}, {"lm_head", dev("cpu")}};
+    QVERIFY_THROWS_EXCEPTION(InputError, logitsFor(m_bf16, o, DType::F32)); // no folder given
+    o.offloadFolder = path("offload-bf16");
+    QVERIFY(bitIdentical(logitsFor(m_bf16, o, DType::F32), reference));
+    QVERIFY(fs::exists(o.offloadFolder + "/index.json"));
+    QVERIFY(fs::exists(o.offloadFolder + "/transformer.h.0.attn.c_attn.weight.dat"));
+    QVERIFY(!fs::exists(o.offloadFolder + "/transformer.wte.weight.dat"));
+    auto stamp = fs::last_write_time(o.offloadFolder + "/transformer.h.1.mlp.c_fc.weight.dat");
+    QVERIFY(bitIdentical(logitsFor(m_bf16, o, DType::F32), reference));
+    QCOMPARE(fs::last_write_time(o.offloadFolder + "/transformer.h.1.mlp.c_fc.weight.dat"), stamp); // reused
+}
+
+void TestRuntime::offloadFolderInterchangesWithAccelerate()
+{
+    if (!pythonHasTorch())
+        QSKIP("Debian's python3-torch and python3-numpy are needed for the Accelerate-format script");
+    // Ours, read back the way Accelerate's load_offloaded_weight reads it.
+    LoadOptions o;
+    o.deviceMap = {{"", dev("disk")}};
+    o.offloadFolder = path("offload-ours");
+    logitsFor(m_bf16, o, DType::F32);
+    QByteArray out;
+    QVERIFY2(runPython({"check", QString::fromStdString(m_bf16 + "/model.safetensors"),
+                        QString::fromStdString(o.offloadFolder)},
+                       &out),
+             out.constData());
+    // Accelerate's, written with numpy memmaps, used by us without rewriting.
+    const std::string theirs = path("offload-theirs");
+    QVERIFY2(runPython({"write", QString::fromStdString(m_bf16 + "/model.safetensors"), QString::fromStdString(theirs),
+                        "float32"},
+                       &out),
+             out.constData());
+    auto stamp = fs::last_write_time(theirs + "/index.json");
+    o.offloadFolder = theirs;
+    LoadOptions cpu;
+    QVERIFY(bitIdentical(logitsFor(m_bf16, o, DType::F32), logitsFor(m_bf16, cpu, DType::F32)));
+    QCOMPARE(fs::last_write_time(theirs + "/index.json"), stamp);
+}
+
+void TestRuntime::simulatedGpuBudgetIsEnforced()
+{
+    Checkpoint ck = Checkpoint::open(m_f32);
+    ModuleTree tree = buildModuleTree(ck, std::nullopt);
+    LoadOptions o;
+    o.deviceMap = {{"transformer", dev("0")}, {"lm_head", dev("0")}};
+    o.simulateGpus = true;
+    o.gpuBudgets = {{dev("0"), 20000}};
+    try {
+        Model::load(ck, tree, o);
+        QFAIL("no error");
+    } catch (const InputError& e) {
+        QVERIFY2(QString(e.what()).contains("device 0: out of memory while placing transformer."), e.what());
+    }
+    // the failed load released everything: the same process loads again
+    o.gpuBudgets = {{dev("0"), 10'000'000}};
+    auto m = Model::load(ck, tree, o);
+    QCOMPARE(m->forward({1, 2}).size(), size_t(97));
+    QVERIFY(m->deviceDescriptions()[1].find("simulated") != std::string::npos);
+}
+
+void TestRuntime::cancelReleasesEverything()
+{
+    Checkpoint ck = Checkpoint::open(m_f32);
+    ModuleTree tree = buildModuleTree(ck, std::nullopt);
+    int calls = 0;
+    const uint64_t before = rssAnonBytes();
+    QVERIFY_THROWS_EXCEPTION(Cancelled, Model::load(ck, tree, LoadOptions{}, [&](double, const std::string&) {
+                                 return ++calls < 5;
+                             }));
+    QCOMPARE(calls, 5);
+    QVERIFY(rssAnonBytes() < before + 8'000'000);
+    auto m = Model::load(ck, tree, LoadOptions{});
+    QVERIFY(!m->forward({3}).empty());
+}
+
+void TestRuntime::fullDiskLeavesNoCompleteLookingFolder()
+{
+    // RLIMIT_FSIZE stands in for a full disk: writes past it fail with EFBIG.
+    std::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit old {};
+    getrlimit(RLIMIT_FSIZE, &old);
+    struct rlimit small = old;
+    small.rlim_cur = 2048;
+    setrlimit(RLIMIT_FSIZE, &small);
+    LoadOptions o;
+    o.deviceMap = {{"", dev("disk")}};
+    o.offloadFolder = path("offload-full");
+    QString message;
+    try {
+        logitsFor(m_bf16, o, DType::F32);
+    } catch (const InputError& e) {
+        message = e.what();
+    }
+    setrlimit(RLIMIT_FSIZE, &old);
+    QVERIFY2(message.contains("cannot write the offload file"), qPrintable(message));
+    QVERIFY(!fs::exists(o.offloadFolder + "/index.json"));
+    // with room again the same folder completes
+    logitsFor(m_bf16, o, DType::F32);
+    QVERIFY(fs::exists(o.offloadFolder + "/index.json"));
+}
+
+void TestRuntime::loadAddsNoMoreThanTheWeights()
+{
+    // ~48 MB of fp32 weights: anonymous memory grows by the weights and not
+    // by a second copy (the shard is memory-mapped, never read into a buffer).
+    const std::string d = path("gpt2-big");
+    fs::create_directories(d);
+    fixtures::Gpt2Shape s{8000, 64, 256, 12};
+    fixtures::writeRandomSafetensors(d + "/model.safetensors", fixtures::gpt2Tensors(s, DType::F32), 3);
+    nlohmann::json c = fixtures::gpt2Config(s, DType::F32);
+    c["n_head"] = 8;
+    fixtures::writeJson(d + "/config.json", c);
+    Checkpoint ck = Checkpoint::open(d);
+    ModuleTree tree = buildModuleTree(ck, std::nullopt);
+    const uint64_t weights = tree.root().bytes;
+    const uint64_t before = rssAnonBytes();
+    auto m = Model::load(ck, tree, LoadOptions{});
+    const uint64_t grown = rssAnonBytes() - before;
+    QVERIFY2(grown < weights + weights / 8 + 4'000'000,
+             qPrintable(QString("grew %1 for %2 bytes of weights").arg(grown).arg(weights)));
+    QVERIFY(grown > weights / 2);
+}
+
+void TestRuntime::telemetryRecordsTraffic()
+{
+    Checkpoint ck = Checkpoint::open(m_f32);
+    ModuleTree tree = buildModuleTree(ck, std::nullopt);
+    LoadOptions o;
+    o.deviceMap = {{"transformer", dev("cpu")}, {"lm_head", dev("0")}};
+    o.simulateGpus = true;
+    o.prefetch = false; // so what stays resident afterwards is deterministic
+    auto m = Model::load(ck, tree, o);
+    m->forward({1, 2, 3});
+    Telemetry& t = m->telemetry();
+    // the transformer's weights were copied to the execution device (GPU 0)
+    QVERIFY(t.h2dBytes() >= tree.modules()[size_t(tree.find("transformer"))].bytes);
+    QVERIFY(t.peak().at("0") > 0);
+    // every fetched copy was released after its unit ran
+    QCOMPARE(t.resident().at("0"), uint64_t(0));
+    bool fetched = false;
+    for (const auto& e : t.trace())
+        fetched = fetched || (e.kind == "fetch" && e.module == "transformer.h.0.attn.c_attn.weight" && e.device == "0");
+    QVERIFY(fetched);
+    t.sample();
+    QVERIFY(!t.samples().empty());
+}
+
+void TestRuntime::generationIsReproducible()
+{
+    Checkpoint ck = Checkpoint::open(m_f32);
+    ModuleTree tree = buildModuleTree(ck, std::nullopt);
+    auto m = Model::load(ck, tree, LoadOptions{});
+    SamplingOptions greedy;
+    greedy.maxNewTokens = 12;
+    auto a = generate(*m, {1, 2, 3}, greedy);
+    auto b = generate(*m, {1, 2, 3}, greedy);
+    QCOMPARE(a.tokens, b.tokens);
+    QCOMPARE(a.tokens.size(), size_t(12));
+    SamplingOptions s = greedy;
+    s.greedy = false;
+    s.temperature = 1.5f;
+    s.topK = 20;
+    s.topP = 0.9f;
+    s.seed = 42;
+    auto c = generate(*m, {1, 2, 3}, s), d = generate(*m, {1, 2, 3}, s);
+    QCOMPARE(c.tokens, d.tokens);
+    s.seed = 43;
+    QVERIFY(generate(*m, {1, 2, 3}, s).tokens != c.tokens);
+    // a stop id ends generation there
+    SamplingOptions stop = greedy;
+    stop.stopIds = {a.tokens[3]};
+    auto e = generate(*m, {1, 2, 3}, stop);
+    QVERIFY(e.tokens.size() <= 4 && e.tokens.back() == a.tokens[3]);
+}
+
+QTEST_APPLESS_MAIN(TestRuntime)
+#include "tst_runtime.moc"

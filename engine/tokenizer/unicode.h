@@ -19,7 +19,7 @@ bool endsWithReplacementChar(std::string_view s);
 
 bool isWhitespace(int32_t cp);  // char::is_whitespace (White_Space)
 bool isNumeric(int32_t cp);     // char::is_numeric (Nd, Nl, No)
-bool isWordChar(int32_t cp);    // regex \w: letters, marks, numbers, connector punctuation
+bool isWordChar(int32_t cp);    // Rust regex's \w: Alphabetic, marks, Nd, Pc, join controls
 bool isPunctuation(int32_t cp); // ASCII punctuation or P*
 bool isCombiningMark(int32_t cp);
 

@@ -2,10 +2,11 @@
 //
 //   node tokenizer_reference.mjs HARD_STRINGS.json OUT_DIR [NODE_DATA_DIR]
 //
-// Encodes every string of HARD_STRINGS.json (a JSON array) without special
-// tokens (special tokens written in the text are still matched) with Hugging
-// Face tokenizers itself (the Rust library, through its Node bindings, npm
-// `tokenizers`), and, as a second opinion, with transformers.js
+// Encodes every string of HARD_STRINGS.json (a JSON array), and all of them
+// joined into one long text, without special tokens (special tokens written
+// in the text are still matched) with Hugging Face tokenizers itself (the
+// Rust library, through its Node bindings, npm `tokenizers`), and, as a
+// second opinion, with transformers.js
 // (@lenml/tokenizers) or gpt-3-encoder. The tokenizer.json files come from
 // the @lenml/tokenizer-* packages; variants of them that exercise other
 // pre-tokenizers, normalizers and added-token flags are written under OUT_DIR,
@@ -38,7 +39,9 @@ const hf = require("tokenizers");
 const { TokenizerLoader } = require("@lenml/tokenizers");
 const gpt3 = require("gpt-3-encoder");
 
-const texts = JSON.parse(fs.readFileSync(hardStringsPath, "utf8"));
+const hardStrings = JSON.parse(fs.readFileSync(hardStringsPath, "utf8"));
+// Plus one long text (all of them joined, four times): long words, caches, Llama's one-word segments.
+const texts = [...hardStrings, Array(4).fill(hardStrings.join(" ")).join("\n")];
 const readJson = (p) => JSON.parse(fs.readFileSync(p, "utf8"));
 const clone = (x) => JSON.parse(JSON.stringify(x));
 

@@ -51,8 +51,7 @@ public:
     std::optional<int32_t> bosId() const;
     std::vector<int32_t> eosIds() const;
 
-    struct Impl;
-    const Impl& impl() const { return *m_impl; }
+    struct Impl; // engine/tokenizer/internal.h
 
 private:
     explicit Tokenizer(std::unique_ptr<Impl> impl);
@@ -63,7 +62,9 @@ private:
 // (never half a character: byte-fallback <0xXX> tokens and byte-level BPE
 // bytes wait for the rest of their character). Same algorithm as tokenizers'
 // DecodeStream; the pieces concatenated equal decode(all ids) for the usual
-// decoders. finish() returns what is still held back (then starts afresh).
+// decoders (where a decoder rewrites earlier text, tokenizers fails; this
+// hands out the text from where the two decodes part). finish() returns what
+// is still held back, even an incomplete character as U+FFFD, and starts afresh.
 class StreamDecoder {
 public:
     explicit StreamDecoder(const Tokenizer& tokenizer, bool skipSpecial = false);

@@ -3,6 +3,7 @@
 #include "stowage/safetensorswriter.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -31,13 +32,19 @@ TensorBlob randomTensor(const std::string& name, std::vector<int64_t> shape, std
 
 int main(int argc, char** argv)
 {
-    if (argc != 2) {
-        std::fprintf(stderr, "usage: stowage-mkdemo FOLDER\n");
+    if (argc != 2 && argc != 5) {
+        std::fprintf(stderr, "usage: stowage-mkdemo FOLDER [LAYERS EMBD VOCAB]\n");
         return 2;
     }
     const std::filesystem::path dir = argv[1];
     std::filesystem::create_directories(dir);
-    const int64_t vocab = 512, pos = 128, embd = 64, layers = 4;
+    // Bigger shapes are for benchmarks on machines without the test fixtures (a GPU box).
+    const int64_t layers = argc == 5 ? std::atoll(argv[2]) : 4, embd = argc == 5 ? std::atoll(argv[3]) : 64,
+                  vocab = argc == 5 ? std::atoll(argv[4]) : 512, pos = 128;
+    if (layers < 1 || embd < 4 || embd % 4 || vocab < 2) {
+        std::fprintf(stderr, "stowage-mkdemo: LAYERS >= 1, EMBD a multiple of 4, VOCAB >= 2\n");
+        return 2;
+    }
     std::mt19937 rng(1234);
     std::vector<TensorBlob> ts;
     ts.push_back(randomTensor("transformer.wte.weight", {vocab, embd}, rng, 0.02f));
@@ -63,10 +70,10 @@ int main(int argc, char** argv)
     std::ofstream(dir / "config.json") << R"({
   "architectures": ["GPT2LMHeadModel"],
   "model_type": "gpt2",
-  "vocab_size": 512,
+  "vocab_size": )" << vocab << R"(,
   "n_positions": 128,
-  "n_embd": 64,
-  "n_layer": 4,
+  "n_embd": )" << embd << R"(,
+  "n_layer": )" << layers << R"(,
   "n_head": 4,
   "activation_function": "gelu_new",
   "layer_norm_epsilon": 1e-05,

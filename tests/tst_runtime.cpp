@@ -141,7 +141,7 @@ void TestRuntime::sameLogitsWhateverTheMap()
         o.deviceMap.emplace_back(kv[0].toStdString(), dev(kv[1].toLatin1().constData()));
     }
     o.simulateGpus = simulate;
-    o.prefetch = prefetch;
+    o.policy = prefetch ? ExecutionPolicy::Prefetch : ExecutionPolicy::AccelerateLike;
     QVERIFY(bitIdentical(logitsFor(m_f32, o), reference));
 }
 
@@ -282,7 +282,7 @@ void TestRuntime::telemetryRecordsTraffic()
     LoadOptions o;
     o.deviceMap = {{"transformer", dev("cpu")}, {"lm_head", dev("0")}};
     o.simulateGpus = true;
-    o.prefetch = false; // so what stays resident afterwards is deterministic
+    o.policy = ExecutionPolicy::AccelerateLike; // no prefetch: what stays resident is deterministic
     auto m = Model::load(ck, tree, o);
     m->forward({1, 2, 3});
     Telemetry& t = m->telemetry();

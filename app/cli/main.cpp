@@ -23,7 +23,7 @@ const char* kUsage =
     "          [--device-map FILE] [--explain] [--report FILE] [--hardware PRESET|FILE.json] [--json] [-o FILE]\n"
     "  run     [PATH] [--device-map FILE | plan options] [--prompt-ids 1,2,3] [--max-new-tokens N]\n"
     "          [--greedy | --temperature T --top-k K --top-p P --seed N] [--offload-folder DIR]\n"
-    "          [--simulate-gpus] [--no-prefetch] [--threads N] [--ignore-eos] [--json]\n"
+    "          [--simulate-gpus] [--policy accelerate-like|prefetch|compute-where-it-lives] [--threads N] [--ignore-eos] [--json]\n"
     "\n"
     "PATH is a checkpoint folder, an index .json, a .safetensors/.bin file or a\n"
     "Hub cache folder (models--org--name); without it the bundled demo is used.\n";

@@ -79,9 +79,9 @@ int runCommand(const std::vector<std::string>& argv)
 {
     auto valued = planValuedOptions();
     valued.insert({"--device-map", "--prompt", "--prompt-ids", "--max-new-tokens", "--temperature", "--top-k", "--top-p",
-                   "--seed", "--offload-folder", "--threads", "--logits"});
+                   "--seed", "--offload-folder", "--threads", "--logits", "--policy"});
     auto flags = planFlagOptions();
-    flags.insert({"--greedy", "--simulate-gpus", "--json", "--no-prefetch", "--ignore-eos"});
+    flags.insert({"--greedy", "--simulate-gpus", "--json", "--ignore-eos"});
     Args a(argv, valued, flags);
     Checkpoint ck = Checkpoint::open(checkpointPath(a));
     ModuleTree tree = buildModuleTree(ck, parseDTypeOption(a));
@@ -119,7 +119,12 @@ int runCommand(const std::vector<std::string>& argv)
     lo.dtype = tree.dtype();
     lo.offloadFolder = a.value("--offload-folder").value_or("");
     lo.simulateGpus = a.flag("--simulate-gpus");
-    lo.prefetch = !a.flag("--no-prefetch");
+    if (auto p = a.value("--policy")) {
+        auto pol = policyFromName(*p);
+        if (!pol)
+            throw InputError("--policy " + *p, "expected accelerate-like, prefetch or compute-where-it-lives");
+        lo.policy = *pol;
+    }
     lo.threads = int(number(a, "--threads", 0, 0, 4096));
     if (po.maxMemory)
         for (const auto& b : *po.maxMemory)

@@ -28,6 +28,24 @@ std::unique_ptr<Runner> makeRunner(const ModelConfig& c, WeightStore& s)
 
 std::vector<std::string> runnableModelTypes() { return {"gpt2", "llama", "mistral", "qwen2", "qwen3", "opt"}; }
 
+const char* policyName(ExecutionPolicy p)
+{
+    switch (p) {
+    case ExecutionPolicy::AccelerateLike: return "accelerate-like";
+    case ExecutionPolicy::Prefetch: return "prefetch";
+    case ExecutionPolicy::ComputeWhereItLives: return "compute-where-it-lives";
+    }
+    return "?";
+}
+
+std::optional<ExecutionPolicy> policyFromName(const std::string& n)
+{
+    for (auto p : {ExecutionPolicy::AccelerateLike, ExecutionPolicy::Prefetch, ExecutionPolicy::ComputeWhereItLives})
+        if (n == policyName(p))
+            return p;
+    return std::nullopt;
+}
+
 struct Model::Impl {
     Telemetry telemetry;
     std::string modelType;

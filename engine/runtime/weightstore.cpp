@@ -1,5 +1,6 @@
 #include "weightstore.h"
 
+#include "cudacopy.h"
 #include "torchtypes.h"
 
 #include <c10/util/Exception.h>
@@ -160,6 +161,8 @@ void WeightStore::load(const ProgressFn& progress)
                 }
                 if (!s.homeDev->torch.is_cpu())
                     m_telemetry.addH2D(s.bytes);
+                else if (m_exec->torch.is_cuda() && m_options.policy != ExecutionPolicy::AccelerateLike)
+                    s.resident = cuda::pinned(s.resident); // fast, asynchronous host-to-GPU copies
             }
             done += t.nbytes;
         }
@@ -214,7 +217,16 @@ void WeightStore::fetchInto(Unit& u)
         if (!s.resident.defined())
             m_telemetry.addDiskRead(uint64_t(src.nbytes()));
         m_telemetry.allocate(u.device->label(), s.bytes, s.name);
-        u.fetched[i] = src.to(u.device->torch, m_computeDType, false, /*copy=*/true);
+        try {
+            if (m_options.policy == ExecutionPolicy::AccelerateLike)
+                u.fetched[i] = src.to(u.device->torch, m_computeDType, false, /*copy=*/true); // synchronous, pageable
+            else
+                u.fetched[i] = cuda::copyTo(src, u.device->torch, m_computeDType, &u.events[i]);
+        } catch (const c10::Error& e) {
+            m_telemetry.release(u.device->label(), s.bytes);
+            throw InputError("device " + u.device->label(),
+                             "out of memory while fetching " + s.name + ": " + e.what_without_backtrace());
+        }
         if (u.device->device.kind == Device::Gpu) {
             m_telemetry.addH2D(s.bytes);
             if (u.device->simulated && m_options.simulatedPcieBytesPerSecond > 0)
@@ -230,7 +242,7 @@ void WeightStore::setOrder(std::vector<std::string> units)
     for (const auto& u : m_order) {
         Unit& unit = m_units[u];
         RtDevice* dev = nullptr;
-        bool oneGpu = true;
+        bool oneGpu = true, allCpu = true;
         for (auto& sp : m_slots) {
             if (!startsWithUnit(sp->name, u))
                 continue;
@@ -241,10 +253,14 @@ void WeightStore::setOrder(std::vector<std::string> units)
             // A unit computes on the GPU holding all its weights, else on the execution device.
             if (s->home.kind != Device::Gpu || (dev && dev != s->homeDev))
                 oneGpu = false;
+            allCpu = allCpu && s->home.kind == Device::Cpu;
             dev = s->homeDev;
         }
         unit.device = (oneGpu && dev) ? dev : m_exec;
+        if (m_options.policy == ExecutionPolicy::ComputeWhereItLives && dev && allCpu)
+            unit.device = dev; // RAM-resident layer: the CPU computes it, no copy
         unit.fetched.assign(unit.slots.size(), at::Tensor());
+        unit.events.assign(unit.slots.size(), nullptr);
         for (size_t i = 0; i < unit.slots.size(); ++i)
             unit.needsFetch =
                 unit.needsFetch || !(unit.slots[i]->resident.defined() && unit.slots[i]->homeDev == unit.device);
@@ -275,10 +291,14 @@ void WeightStore::enter(const std::string& name)
         lock.lock();
     }
     u.ready = true;
+    for (auto& ev : u.events) { // the compute stream waits for the side-stream copies
+        cuda::wait(ev, u.device->torch);
+        ev = nullptr;
+    }
     m_current = &u;
     // Start on the next unit (wrapping round: the next token starts again).
     auto pos = std::find(m_order.begin(), m_order.end(), name);
-    if (m_options.prefetch && pos != m_order.end()) {
+    if (m_options.policy != ExecutionPolicy::AccelerateLike && pos != m_order.end()) {
         const std::string& next = (pos + 1 == m_order.end()) ? m_order.front() : *(pos + 1);
         Unit& n = m_units[next];
         if (next != name && n.needsFetch && !n.ready) {

@@ -56,6 +56,7 @@ private:
         std::vector<Slot*> slots;
         RtDevice* device = nullptr;
         std::vector<at::Tensor> fetched; // parallel to slots; undefined when resident
+        std::vector<std::shared_ptr<void>> events; // CUDA copies still in flight
         bool ready = false;      // fetched (by enter or the prefetcher) and not yet released
         bool needsFetch = false; // some weight is not resident on `device`
     };

@@ -24,6 +24,9 @@ std::string runtimeDescription();
 bool cudaAvailable();
 // The model_types run() can execute.
 std::vector<std::string> runnableModelTypes();
+// "accelerate-like", "prefetch", "compute-where-it-lives".
+const char* policyName(ExecutionPolicy p);
+std::optional<ExecutionPolicy> policyFromName(const std::string& name);
 
 // Return false to cancel; `fraction` is 0..1.
 using ProgressFn = std::function<bool(double fraction, const std::string& what)>;
@@ -35,7 +38,12 @@ struct LoadOptions {
     bool simulateGpus = false;    // GPUs in the map become budgeted pools of CPU memory
     Budgets gpuBudgets;           // limits enforced on (simulated) GPUs
     double simulatedPcieBytesPerSecond = 0; // throttle copies to simulated GPUs (0 = as fast as memcpy)
-    bool prefetch = true;         // fetch the next module's offloaded weights while the current one runs
+    // AccelerateLike: synchronous pageable copies before each unit, no prefetch
+    // (the baseline). Prefetch: the next unit's offloaded weights are fetched
+    // while the current one computes (pinned memory and a side stream on CUDA).
+    // ComputeWhereItLives: also runs units whose weights all live in RAM on the
+    // CPU instead of copying them to the GPU.
+    ExecutionPolicy policy = ExecutionPolicy::Prefetch;
     int threads = 0;              // 0: every core this process may use
 };
 

@@ -62,7 +62,7 @@ int ModuleTreeModel::columnCount(const QModelIndex&) const { return ColumnCount;
 
 QString ModuleTreeModel::formatBytes(quint64 bytes)
 {
-    return QLocale::system().formattedDataSize(static_cast<qint64>(bytes), 2, QLocale::DataSizeTraditionalFormat);
+    return QLocale::system().formattedDataSize(static_cast<qint64>(bytes), 2, QLocale::DataSizeIecFormat);
 }
 
 QVariant ModuleTreeModel::data(const QModelIndex& index, int role) const

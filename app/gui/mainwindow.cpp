@@ -59,6 +59,8 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent)
     statusBar()->showMessage(tr("Ready"));
 }
 
+QString MainWindow::summary() const { return m_summary->text(); }
+
 void MainWindow::chooseFolder()
 {
     QString dir = QFileDialog::getExistingDirectory(this, tr("Open Checkpoint Folder"));
@@ -110,7 +112,11 @@ void MainWindow::showOpened(int job, const std::shared_ptr<Opened>& r)
         return; // a newer open superseded this one
     if (!r->error.isEmpty()) {
         statusBar()->showMessage(tr("Could not open %1").arg(r->path));
-        QMessageBox::warning(this, tr("Cannot open checkpoint"), r->error);
+        // Window-modal but not blocking: the window stays usable behind it.
+        auto* box = new QMessageBox(QMessageBox::Warning, tr("Cannot open checkpoint"), r->error, QMessageBox::Ok, this);
+        box->setObjectName("openError");
+        box->setAttribute(Qt::WA_DeleteOnClose);
+        box->open();
         return;
     }
     m_model->setTree(r->tree);

@@ -18,6 +18,8 @@ public:
     explicit MainWindow(QWidget* parent = nullptr);
     // Opens on a worker thread; results of an older open are dropped.
     void openCheckpoint(const QString& path);
+    ModuleTreeModel* moduleModel() const { return m_model; }
+    QString summary() const;
 
 private:
     struct Opened;

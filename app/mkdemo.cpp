@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <algorithm>
 
 using namespace stowage;
 
@@ -26,6 +27,60 @@ TensorBlob randomTensor(const std::string& name, std::vector<int64_t> shape, std
         std::memcpy(t.bytes.data() + i * 4, &v, 4);
     }
     return t;
+}
+
+// UTF-8 of one code point.
+std::string utf8(uint32_t cp)
+{
+    std::string o;
+    if (cp < 0x80) {
+        o += char(cp);
+    } else if (cp < 0x800) {
+        o += char(0xC0 | (cp >> 6));
+        o += char(0x80 | (cp & 0x3F));
+    } else {
+        o += char(0xE0 | (cp >> 12));
+        o += char(0x80 | ((cp >> 6) & 0x3F));
+        o += char(0x80 | (cp & 0x3F));
+    }
+    return o;
+}
+
+// A byte-level BPE tokenizer.json with the 256 byte tokens in GPT-2's order
+// and no merges, plus <|endoftext|> = 256: any text encodes, byte by byte.
+void writeTokenizer(const std::filesystem::path& dir)
+{
+    std::vector<int> bs;
+    for (int b = '!'; b <= '~'; ++b)
+        bs.push_back(b);
+    for (int b = 0xA1; b <= 0xAC; ++b)
+        bs.push_back(b);
+    for (int b = 0xAE; b <= 0xFF; ++b)
+        bs.push_back(b);
+    std::vector<uint32_t> cs(bs.begin(), bs.end());
+    for (int b = 0, n = 0; b < 256; ++b)
+        if (std::find(bs.begin(), bs.end(), b) == bs.end()) {
+            bs.push_back(b);
+            cs.push_back(uint32_t(256 + n++));
+        }
+    std::ofstream out(dir / "tokenizer.json");
+    out << R"({"version": "1.0", "truncation": null, "padding": null,
+"added_tokens": [{"id": 256, "content": "<|endoftext|>", "single_word": false, "lstrip": false, "rstrip": false, "normalized": true, "special": true}],
+"normalizer": null,
+"pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+"post_processor": null,
+"decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+"model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": "", "end_of_word_suffix": "",
+"fuse_unk": false, "byte_fallback": false, "vocab": {)";
+    for (size_t i = 0; i < cs.size(); ++i) {
+        std::string tok = utf8(cs[i]);
+        std::string esc;
+        for (char c : tok)
+            esc += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
+        out << (i ? ", " : "") << '"' << esc << "\": " << i;
+    }
+    out << R"(, "<|endoftext|>": 256}, "merges": []}}
+)";
 }
 
 } // namespace
@@ -77,12 +132,13 @@ int main(int argc, char** argv)
   "n_head": 4,
   "activation_function": "gelu_new",
   "layer_norm_epsilon": 1e-05,
-  "bos_token_id": 0,
-  "eos_token_id": 0,
+  "bos_token_id": 256,
+  "eos_token_id": 256,
   "tie_word_embeddings": true,
   "torch_dtype": "float32"
 }
 )";
-    std::ofstream(dir / "generation_config.json") << "{\n  \"bos_token_id\": 0,\n  \"eos_token_id\": 0\n}\n";
+    std::ofstream(dir / "generation_config.json") << "{\n  \"bos_token_id\": 256,\n  \"eos_token_id\": 256\n}\n";
+    writeTokenizer(dir);
     return 0;
 }

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <sstream>
 #include <unistd.h>
 
 namespace stowage::cli {
@@ -83,6 +84,28 @@ std::optional<DType> parseDTypeOption(const Args& a)
     if (!d || !dtypeIsFloating(*d))
         throw InputError("", "--dtype '" + *v + "' is not one of float32, float16, bfloat16");
     return d;
+}
+
+std::vector<int32_t> parseIds(const std::string& text, const std::string& what)
+{
+    std::vector<int32_t> ids;
+    std::stringstream ss(text);
+    std::string part;
+    while (std::getline(ss, part, ',')) {
+        size_t used = 0;
+        long long v = -1;
+        try {
+            v = std::stoll(part, &used);
+        } catch (...) {
+            used = 0;
+        }
+        if (used != part.size() || v < 0 || v > INT32_MAX)
+            throw InputError(what, "'" + part + "' is not a token id");
+        ids.push_back(int32_t(v));
+    }
+    if (ids.empty())
+        throw InputError(what, "no token ids given");
+    return ids;
 }
 
 } // namespace stowage::cli

@@ -3,6 +3,7 @@
 // (or `--opt=VALUE`), repeatable options. Unknown options are input errors.
 #include "stowage/dtype.h"
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <set>
@@ -32,5 +33,8 @@ std::string checkpointPath(const Args& args);
 
 // --dtype: a floating torch dtype name, or nullopt for the checkpoint's own.
 std::optional<DType> parseDTypeOption(const Args& args);
+
+// "1,2,3" -> ids; InputError naming `what` for anything else.
+std::vector<int32_t> parseIds(const std::string& text, const std::string& what);
 
 } // namespace stowage::cli

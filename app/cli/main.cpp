@@ -5,6 +5,7 @@
 #include "stowage/error.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <dlfcn.h>
 #include <filesystem>
 #include <exception>
@@ -23,7 +24,10 @@ const char* kUsage =
     "          [--device-map FILE] [--explain] [--report FILE] [--hardware PRESET|FILE.json] [--json] [-o FILE]\n"
     "  run     [PATH] [--device-map FILE | plan options] [--prompt-ids 1,2,3] [--max-new-tokens N]\n"
     "          [--greedy | --temperature T --top-k K --top-p P --seed N] [--offload-folder DIR]\n"
-    "          [--simulate-gpus] [--policy accelerate-like|prefetch|compute-where-it-lives] [--threads N] [--ignore-eos] [--json]\n"
+    "          [--prompt TEXT] [--simulate-gpus] [--policy accelerate-like|prefetch|compute-where-it-lives]\n"
+    "          [--hardware PRESET|FILE.json [--throttle]] [--threads N] [--ignore-eos] [--json]\n"
+    "  hardware [PRESET] [--list] [--json] [-o FILE]   a hardware profile for --hardware (default: this machine)\n"
+    "  tokenize [PATH] (--text TEXT | --ids 1,2,3) [--json]\n"
     "\n"
     "PATH is a checkpoint folder, an index .json, a .safetensors/.bin file or a\n"
     "Hub cache folder (models--org--name); without it the bundled demo is used.\n";
@@ -34,6 +38,10 @@ int runPlugin(const std::vector<std::string>& args)
     namespace fs = std::filesystem;
     std::error_code ec;
     fs::path exeDir = fs::read_symlink("/proc/self/exe", ec).parent_path();
+    // LibTorch's OpenMP threads spin after each parallel region and starve
+    // OpenBLAS's own threads on a small machine: decode ran 3x slower here.
+    // libgomp reads this when the plugin loads it, so set it before dlopen.
+    setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/0);
     void* lib = nullptr;
     std::string tried;
     for (const fs::path& p : {exeDir / "libstowage_run.so", exeDir.parent_path() / "lib" / "stowage" / "libstowage_run.so"}) {
@@ -77,6 +85,10 @@ int main(int argc, char** argv)
             return stowage::cli::planCommand(args);
         if (command == "run")
             return runPlugin(args);
+        if (command == "hardware")
+            return stowage::cli::hardwareCommand(args);
+        if (command == "tokenize")
+            return stowage::cli::tokenizeCommand(args);
         std::fprintf(stderr, "stowage-cli: unknown command '%s' (try --help)\n", command.c_str());
         return 2;
     } catch (const stowage::InputError& e) {

@@ -31,13 +31,29 @@ HardwareProfile hardwareFor(const Args& a)
     return hardwarePreset(*h);
 }
 
+const ExecutionPolicy kPolicies[] = {ExecutionPolicy::AccelerateLike, ExecutionPolicy::Prefetch,
+                                     ExecutionPolicy::ComputeWhereItLives};
+
+const char* policyLabel(ExecutionPolicy p)
+{
+    return p == ExecutionPolicy::AccelerateLike ? "accelerate-like"
+           : p == ExecutionPolicy::Prefetch     ? "prefetch"
+                                                : "compute-where-it-lives";
+}
+
+std::vector<std::pair<Device, uint64_t>> placementOf(const Plan& plan)
+{
+    std::vector<std::pair<Device, uint64_t>> placement;
+    for (const auto& d : plan.devices)
+        placement.emplace_back(d.device, d.used);
+    return placement;
+}
+
 nlohmann::ordered_json costJson(const CostEstimate& c, const HardwareProfile& hw, ExecutionPolicy policy)
 {
     nlohmann::ordered_json j;
     j["hardware"] = hw.name;
-    j["policy"] = policy == ExecutionPolicy::AccelerateLike ? "accelerate-like"
-                  : policy == ExecutionPolicy::Prefetch   ? "prefetch"
-                                                          : "compute-where-it-lives";
+    j["policy"] = policyLabel(policy);
     j["seconds_per_token"] = c.secondsPerToken;
     j["tokens_per_second"] = c.tokensPerSecond;
     auto& ds = j["devices"] = nlohmann::ordered_json::array();
@@ -60,6 +76,15 @@ int planCommand(const std::vector<std::string>& argv)
     ModuleTree tree = buildModuleTree(ck, parseDTypeOption(a));
 
     PlanOptions o = planOptionsFromArgs(a, ck, tree);
+    // Measured (or loaded) once, only when a report or an explanation needs it.
+    std::optional<HardwareProfile> hw;
+    auto hardware = [&]() -> const HardwareProfile& {
+        if (!hw)
+            hw = hardwareFor(a);
+        return *hw;
+    };
+    if (a.value("--hardware"))
+        hardware(); // a bad preset name or profile file is an input error even if unused
     Plan plan;
     std::vector<std::string> warnings;
     if (auto mapFile = a.value("--device-map")) {
@@ -98,13 +123,15 @@ int planCommand(const std::vector<std::string>& argv)
         if (o.kv)
             r["kv_cache"] = {{"context", o.kv->context}, {"batch", o.kv->batch},
                              {"bytes_per_layer", o.kv->bytesPerLayer}, {"activation_bytes", o.kv->activationBytes}};
-        HardwareProfile hw = hardwareFor(a);
-        std::vector<std::pair<Device, uint64_t>> placement;
-        for (const auto& d : plan.devices)
-            placement.emplace_back(d.device, d.used);
         auto& costs = r["cost"] = nlohmann::ordered_json::array();
-        for (auto pol : {ExecutionPolicy::AccelerateLike, ExecutionPolicy::Prefetch, ExecutionPolicy::ComputeWhereItLives})
-            costs.push_back(costJson(estimateDecode(placement, 2 * tree.root().paramCount, hw, pol), hw, pol));
+        try {
+            for (auto pol : kPolicies)
+                costs.push_back(costJson(estimateDecode(placementOf(plan), 2 * tree.root().paramCount, hardware(), pol),
+                                         hardware(), pol));
+        } catch (const InputError& e) {
+            // e.g. a map with GPUs and this machine has none: the plan still stands
+            costs = nlohmann::ordered_json::array({{{"error", e.what()}}});
+        }
         writeFile(*report, r.dump(2) + "\n");
     }
     if (a.flag("--json")) {
@@ -125,9 +152,54 @@ int planCommand(const std::vector<std::string>& argv)
         std::printf("  %-5s budget %12s  weights %12s  kept free %12s\n", d.device.name().c_str(),
                     d.budget < 0 ? "unlimited" : humanBytes(uint64_t(d.budget)).c_str(), humanBytes(d.used).c_str(),
                     humanBytes(d.reserved).c_str());
-    if (a.flag("--explain"))
-        for (const auto& n : plan.notes)
-            std::printf("note: %s\n", n.c_str());
+    if (!a.flag("--explain"))
+        return 0;
+    for (const auto& n : plan.notes)
+        std::printf("note: %s\n", n.c_str());
+    // Predicted decode speed on the hardware (--hardware, else this machine).
+    std::printf("predicted decode on %s%s:\n", hardware().name.c_str(), hardware().simulated ? " (preset)" : "");
+    for (auto pol : kPolicies) {
+        CostEstimate c;
+        try {
+            c = estimateDecode(placementOf(plan), 2 * tree.root().paramCount, hardware(), pol);
+        } catch (const InputError& e) {
+            std::printf("  no prediction: %s (try --hardware PRESET, see stowage-cli hardware --list)\n", e.problem().c_str());
+            break;
+        }
+        std::printf("  %-24s %10.3f tokens/s ", policyLabel(pol), c.tokensPerSecond);
+        for (const auto& d : c.devices)
+            std::printf(" %s %.0f%% (%s)", d.device.name().c_str(), 100.0 * d.share, d.bottleneck.c_str());
+        std::printf("\n");
+    }
+    return 0;
+}
+
+int hardwareCommand(const std::vector<std::string>& argv)
+{
+    Args a(argv, {"-o"}, {"--json", "--list"});
+    if (a.flag("--list")) {
+        for (const auto& n : hardwarePresetNames())
+            std::printf("%s\n", n.c_str());
+        return 0;
+    }
+    // The positional argument is a preset name here, not a checkpoint.
+    HardwareProfile hw = a.positional().empty() ? measureThisMachine() : hardwarePreset(a.positional()[0]);
+    const std::string json = profileToJson(hw);
+    if (auto out = a.value("-o"))
+        writeFile(*out, json + "\n");
+    if (a.flag("--json") || !a.value("-o")) {
+        if (a.flag("--json")) {
+            std::cout << json << '\n';
+            return 0;
+        }
+        std::printf("%s%s\n", hw.name.c_str(), hw.simulated ? " (preset)" : "");
+        for (size_t i = 0; i < hw.gpus.size(); ++i)
+            std::printf("  GPU %zu  %-24s %8s  %7.0f GB/s  host->GPU %5.1f GB/s pinned, %5.1f pageable\n", i,
+                        hw.gpus[i].name.c_str(), humanBytes(hw.gpus[i].memoryBytes).c_str(),
+                        hw.gpus[i].memoryBandwidth / 1e9, hw.gpus[i].h2dPinned / 1e9, hw.gpus[i].h2dPageable / 1e9);
+        std::printf("  RAM    %s at %.1f GB/s, disk %.1f GB/s, CPU %.0f GFLOP/s\n", humanBytes(hw.ramBytes).c_str(),
+                    hw.ramBandwidth / 1e9, hw.diskReadBandwidth / 1e9, hw.cpuFlops / 1e9);
+    }
     return 0;
 }
 

@@ -8,6 +8,7 @@
 #include "stowage/checkpoint.h"
 #include "stowage/error.h"
 #include "stowage/runtime.h"
+#include "stowage/tokenizer.h"
 
 #include <nlohmann/json.hpp>
 
@@ -17,28 +18,6 @@
 
 namespace stowage::cli {
 namespace {
-
-std::vector<int32_t> parseIds(const std::string& text, const std::string& what)
-{
-    std::vector<int32_t> ids;
-    std::stringstream ss(text);
-    std::string part;
-    while (std::getline(ss, part, ',')) {
-        size_t used = 0;
-        long long v = -1;
-        try {
-            v = std::stoll(part, &used);
-        } catch (...) {
-            used = 0;
-        }
-        if (used != part.size() || v < 0 || v > INT32_MAX)
-            throw InputError(what, "'" + part + "' is not a token id");
-        ids.push_back(int32_t(v));
-    }
-    if (ids.empty())
-        throw InputError(what, "no token ids given");
-    return ids;
-}
 
 std::vector<int32_t> eosIds(const Checkpoint& ck)
 {
@@ -79,9 +58,9 @@ int runCommand(const std::vector<std::string>& argv)
 {
     auto valued = planValuedOptions();
     valued.insert({"--device-map", "--prompt", "--prompt-ids", "--max-new-tokens", "--temperature", "--top-k", "--top-p",
-                   "--seed", "--offload-folder", "--threads", "--logits", "--policy"});
+                   "--seed", "--offload-folder", "--threads", "--logits", "--policy", "--hardware"});
     auto flags = planFlagOptions();
-    flags.insert({"--greedy", "--simulate-gpus", "--json", "--ignore-eos"});
+    flags.insert({"--greedy", "--simulate-gpus", "--json", "--ignore-eos", "--throttle"});
     Args a(argv, valued, flags);
     Checkpoint ck = Checkpoint::open(checkpointPath(a));
     ModuleTree tree = buildModuleTree(ck, parseDTypeOption(a));
@@ -96,13 +75,29 @@ int runCommand(const std::vector<std::string>& argv)
     for (const auto& w : warnings)
         std::fprintf(stderr, "stowage-cli: warning: %s\n", w.c_str());
 
-    std::vector<int32_t> prompt;
-    if (auto ids = a.value("--prompt-ids"))
-        prompt = parseIds(*ids, "--prompt-ids");
-    else if (a.value("--prompt"))
-        throw InputError("--prompt", "text prompts need a tokenizer, which this build does not have yet; use --prompt-ids");
+    // The tokenizer is optional with --prompt-ids (output is then ids only).
+    std::unique_ptr<Tokenizer> tok;
+    if (a.value("--prompt") || !a.value("--prompt-ids"))
+        tok = Tokenizer::load(ck);
     else
-        prompt = {0};
+        try {
+            tok = Tokenizer::load(ck);
+        } catch (const InputError&) {
+        }
+    std::vector<int32_t> prompt;
+    if (auto ids = a.value("--prompt-ids")) {
+        prompt = parseIds(*ids, "--prompt-ids");
+    } else {
+        prompt = tok->encode(a.value("--prompt").value_or(""));
+        // Llama-style and OPT tokenizers put BOS first, as transformers' encode does by default.
+        const std::string& type = ck.config() ? ck.config()->modelType() : std::string();
+        if (tok->bosId() && (type == "llama" || type == "mistral" || type == "opt"))
+            prompt.insert(prompt.begin(), *tok->bosId());
+        if (prompt.empty() && tok->bosId())
+            prompt.push_back(*tok->bosId());
+        if (prompt.empty())
+            throw InputError("--prompt", "the prompt is empty and the tokenizer has no BOS token to start from");
+    }
 
     SamplingOptions so;
     so.maxNewTokens = int(number(a, "--max-new-tokens", 32, 1, 1e6));
@@ -126,6 +121,16 @@ int runCommand(const std::vector<std::string>& argv)
         lo.policy = *pol;
     }
     lo.threads = int(number(a, "--threads", 0, 0, 4096));
+    if (auto h = a.value("--hardware"))
+        lo.profile = h->size() > 5 && h->substr(h->size() - 5) == ".json" ? profileFromJson(readFile(*h), *h)
+                                                                          : hardwarePreset(*h);
+    if (a.flag("--throttle")) {
+        // Simulated GPUs copy at the profile's PCIe speed, for teaching demos.
+        if (!lo.profile || lo.profile->gpus.empty())
+            throw InputError("--throttle", "needs --hardware with a GPU, e.g. --hardware rtx4090");
+        const GpuProfile& g = lo.profile->gpus.front();
+        lo.simulatedPcieBytesPerSecond = lo.policy == ExecutionPolicy::AccelerateLike ? g.h2dPageable : g.h2dPinned;
+    }
     if (po.maxMemory)
         for (const auto& b : *po.maxMemory)
             if (b.device.kind == Device::Gpu)
@@ -138,16 +143,26 @@ int runCommand(const std::vector<std::string>& argv)
     t0 = tel->now();
     const double loadSeconds = t0;
     const bool json = a.flag("--json");
+    std::unique_ptr<StreamDecoder> stream;
+    if (tok && !json) {
+        stream = std::make_unique<StreamDecoder>(*tok, /*skipSpecial=*/true);
+        std::printf("%s", tok->decode(prompt, true).c_str());
+    }
     auto result = generate(
         *model, prompt, so,
         [&](int32_t id) {
-            if (!json) {
+            if (json)
+                return true;
+            if (stream)
+                std::printf("%s", stream->push(id).c_str());
+            else
                 std::printf("%d ", id);
-                std::fflush(stdout);
-            }
+            std::fflush(stdout);
             return true;
         },
         a.value("--logits").has_value());
+    if (stream)
+        std::printf("%s", stream->finish().c_str());
     tel->sample();
     if (auto lf = a.value("--logits")) {
         nlohmann::json lj = result.logits;
@@ -162,7 +177,7 @@ int runCommand(const std::vector<std::string>& argv)
     nlohmann::ordered_json j;
     j["prompt_ids"] = prompt;
     j["token_ids"] = result.tokens;
-    j["text"] = nullptr;
+    j["text"] = tok ? nlohmann::ordered_json(tok->decode(result.tokens, true)) : nlohmann::ordered_json();
     j["device_map"] = nlohmann::ordered_json::parse(deviceMapToJson(map));
     j["timings"] = {{"load_s", loadSeconds}, {"prefill_s", result.prefillSeconds},
                     {"decode_tokens_per_s", result.decodeTokensPerSecond()}};

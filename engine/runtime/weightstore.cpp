@@ -236,6 +236,20 @@ void WeightStore::fetchInto(Unit& u)
     }
 }
 
+// The cost model's choice for one RAM-resident unit, per token: reading it
+// from RAM on the CPU, or copying it (pinned) and reading it on the GPU.
+bool WeightStore::cpuIsFaster(const Unit& u) const
+{
+    if (!m_options.profile || m_options.profile->gpus.empty())
+        return true;
+    double bytes = 0;
+    for (const Slot* s : u.slots)
+        bytes += double(s->bytes);
+    const HardwareProfile& hw = *m_options.profile;
+    const GpuProfile& g = hw.gpus.front();
+    return bytes / hw.ramBandwidth < bytes / g.h2dPinned + bytes / g.memoryBandwidth;
+}
+
 void WeightStore::setOrder(std::vector<std::string> units)
 {
     m_order = std::move(units);
@@ -257,7 +271,7 @@ void WeightStore::setOrder(std::vector<std::string> units)
             dev = s->homeDev;
         }
         unit.device = (oneGpu && dev) ? dev : m_exec;
-        if (m_options.policy == ExecutionPolicy::ComputeWhereItLives && dev && allCpu)
+        if (m_options.policy == ExecutionPolicy::ComputeWhereItLives && dev && allCpu && cpuIsFaster(unit))
             unit.device = dev; // RAM-resident layer: the CPU computes it, no copy
         unit.fetched.assign(unit.slots.size(), at::Tensor());
         unit.events.assign(unit.slots.size(), nullptr);

@@ -49,6 +49,7 @@ public:
     bool has(const std::string& name) const;
 
     std::vector<std::string> deviceDescriptions() const;
+    Telemetry& telemetry() { return m_telemetry; }
 
 private:
     struct Slot;
@@ -61,6 +62,7 @@ private:
         bool needsFetch = false; // some weight is not resident on `device`
     };
     bool readsInPlace(const Slot& s) const;
+    bool cpuIsFaster(const Unit& u) const;
     void dropFetched(Unit& u);
     RtDevice& deviceFor(const Device& d);
     at::Tensor fromSource(const Slot& s) const; // the stored bytes as a CPU tensor (zero-copy view)

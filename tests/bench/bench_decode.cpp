@@ -12,6 +12,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <unistd.h>
 #include <filesystem>
 
 using namespace stowage;
@@ -45,8 +47,14 @@ Result measure(const std::string& dir, DType dt, const LoadOptions& base, int pr
 
 } // namespace
 
-int main()
+int main(int, char** argv)
 {
+    // As stowage-cli does before loading LibTorch (see app/cli/main.cpp); for a
+    // process linked with LibTorch the variable must be there before start.
+    if (!std::getenv("OMP_WAIT_POLICY")) {
+        setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+        execv("/proc/self/exe", argv);
+    }
     QTemporaryDir tmp;
     const std::string dir = tmp.path().toStdString() + "/llama-400m";
     std::filesystem::create_directories(dir);

@@ -38,6 +38,10 @@ struct LoadOptions {
     bool simulateGpus = false;    // GPUs in the map become budgeted pools of CPU memory
     Budgets gpuBudgets;           // limits enforced on (simulated) GPUs
     double simulatedPcieBytesPerSecond = 0; // throttle copies to simulated GPUs (0 = as fast as memcpy)
+    // With ComputeWhereItLives, a RAM-resident unit runs on the CPU when this
+    // profile says reading it from RAM beats copying it over PCIe and reading
+    // it from GPU memory; without a profile, always (true of every preset).
+    std::optional<HardwareProfile> profile;
     // AccelerateLike: synchronous pageable copies before each unit, no prefetch
     // (the baseline). Prefetch: the next unit's offloaded weights are fetched
     // while the current one computes (pinned memory and a side stream on CUDA).

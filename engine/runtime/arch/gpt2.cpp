@@ -12,7 +12,7 @@ at::Tensor geluNew(const at::Tensor& x)
 }
 
 // Conv1D stores [in, out]: y = x W + b.
-at::Tensor conv1d(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) { return at::addmm(b, x, w); }
+at::Tensor conv1d(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) { return denseInOut(x, w, b); }
 
 class Gpt2 : public Runner {
 public:
@@ -71,7 +71,7 @@ public:
             h = at::layer_norm(h, {m_embd}, u.w("weight"), u.w("bias"), m_eps);
         }
         UnitScope u(m_store, "lm_head", h);
-        return at::matmul(h, u.w("weight").t()).to(at::kFloat).cpu();
+        return dense(h, u.w("weight")).to(at::kFloat).cpu();
     }
 
 private:

@@ -22,7 +22,7 @@ at::Tensor rotateHalf(const at::Tensor& x)
 
 at::Tensor linear(const at::Tensor& x, const UnitScope& u, const std::string& name, bool bias)
 {
-    return bias ? at::linear(x, u.w(name + ".weight"), u.w(name + ".bias")) : at::linear(x, u.w(name + ".weight"));
+    return bias ? dense(x, u.w(name + ".weight"), u.w(name + ".bias")) : dense(x, u.w(name + ".weight"));
 }
 
 class LlamaFamily : public Runner {
@@ -96,7 +96,7 @@ public:
             h = rmsNorm(h, u.w("weight"), m_eps);
         }
         UnitScope u(m_store, "lm_head", h);
-        return at::linear(h, u.w("weight")).to(at::kFloat).cpu();
+        return dense(h, u.w("weight")).to(at::kFloat).cpu();
     }
 
 private:

@@ -50,7 +50,7 @@ public:
         }
         if (m_proj) {
             UnitScope u(m_store, "model.decoder.project_in", h);
-            h = at::linear(h, u.w("weight"));
+            h = dense(h, u.w("weight"));
         }
         {
             UnitScope u(m_store, "model.decoder.embed_positions", h);
@@ -59,7 +59,7 @@ public:
         for (int64_t l = 0; l < m_layers; ++l) {
             UnitScope u(m_store, "model.decoder.layers." + std::to_string(l), h);
             auto lin = [&](const at::Tensor& x, const std::string& n) {
-                return m_bias ? at::linear(x, u.w(n + ".weight"), u.w(n + ".bias")) : at::linear(x, u.w(n + ".weight"));
+                return m_bias ? dense(x, u.w(n + ".weight"), u.w(n + ".bias")) : dense(x, u.w(n + ".weight"));
             };
             auto ln = [&](const at::Tensor& x, const std::string& n) {
                 return m_affine ? at::layer_norm(x, {m_hidden}, u.w(n + ".weight"), u.w(n + ".bias"), 1e-5)
@@ -89,10 +89,10 @@ public:
         }
         if (m_proj) {
             UnitScope u(m_store, "model.decoder.project_out", h);
-            h = at::linear(h, u.w("weight"));
+            h = dense(h, u.w("weight"));
         }
         UnitScope u(m_store, "lm_head", h);
-        return at::linear(h, u.w("weight")).to(at::kFloat).cpu();
+        return dense(h, u.w("weight")).to(at::kFloat).cpu();
     }
 
 private:

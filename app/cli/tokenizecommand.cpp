@@ -1,0 +1,53 @@
+// stowage-cli tokenize: text <-> ids with the checkpoint's tokenizer, no
+// special tokens added (special tokens written in the text are matched).
+#include "args.h"
+#include "commands.h"
+
+#include "stowage/checkpoint.h"
+#include "stowage/error.h"
+#include "stowage/tokenizer.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <iostream>
+
+namespace stowage::cli {
+
+int tokenizeCommand(const std::vector<std::string>& argv)
+{
+    Args a(argv, {"--text", "--ids"}, {"--json"});
+    const auto text = a.value("--text");
+    const auto ids = a.value("--ids");
+    if (text.has_value() == ids.has_value())
+        throw InputError("", "tokenize needs exactly one of --text TEXT or --ids 1,2,3");
+    Checkpoint ck = Checkpoint::open(checkpointPath(a));
+    auto tok = Tokenizer::load(ck);
+    nlohmann::ordered_json j;
+    if (text) {
+        std::vector<int32_t> out = tok->encode(*text);
+        if (a.flag("--json")) {
+            j["ids"] = out;
+            std::cout << j.dump() << '\n';
+            return 0;
+        }
+        for (int32_t id : out)
+            std::printf("%d\t%s\n", id, tok->idToToken(id).value_or("?").c_str());
+        return 0;
+    }
+    std::vector<int32_t> in = parseIds(*ids, "--ids");
+    for (int32_t id : in)
+        if (id >= tok->vocabSize())
+            throw InputError("--ids", "token id " + std::to_string(id) + " is outside the vocabulary (0.." +
+                                          std::to_string(tok->vocabSize() - 1) + ")");
+    std::string decoded = tok->decode(in);
+    if (a.flag("--json")) {
+        j["text"] = decoded;
+        std::cout << j.dump() << '\n';
+    } else {
+        std::cout << decoded << '\n';
+    }
+    return 0;
+}
+
+} // namespace stowage::cli

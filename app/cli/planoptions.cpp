@@ -3,6 +3,7 @@
 
 #include "stowage/costmodel.h"
 #include "stowage/error.h"
+#include "stowage/fileio.h"
 #include "stowage/kvcache.h"
 
 #include <cstdio>
@@ -66,32 +67,9 @@ std::optional<KvReserve> parseKv(const Args& a, const Checkpoint& ck, const Modu
 
 } // namespace
 
-std::string readFile(const std::string& path)
-{
-    std::ifstream in(path, std::ios::binary);
-    if (!in)
-        throw InputError(path, "cannot read");
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
+std::string readFile(const std::string& path) { return readTextFile(path); }
 
-void writeFile(const std::string& path, const std::string& text)
-{
-    const std::string tmp = path + ".partial";
-    {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        if (!out)
-            throw InputError(path, "cannot write");
-        out << text;
-        if (!out.flush())
-            throw InputError(path, "cannot write (disk full?)");
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-        std::remove(tmp.c_str());
-        throw InputError(path, "cannot write");
-    }
-}
+void writeFile(const std::string& path, const std::string& text) { writeFileAtomically(path, text); }
 
 std::set<std::string> planValuedOptions() { return {"--max-memory", "--strategy", "--dtype", "--no-split", "--kv-cache"}; }
 std::set<std::string> planFlagOptions() { return {"--offload-buffers"}; }

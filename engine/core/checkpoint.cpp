@@ -1,6 +1,7 @@
 #include "stowage/checkpoint.h"
 
 #include "stowage/error.h"
+#include "stowage/fileio.h"
 #include "stowage/formats.h"
 
 #include <nlohmann/json.hpp>
@@ -21,15 +22,7 @@ bool endsWith(const std::string& s, const std::string& suffix)
     return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-std::string readText(const fs::path& p)
-{
-    std::ifstream in(p, std::ios::binary);
-    if (!in)
-        throw InputError(p.string(), "cannot read");
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
+std::string readText(const fs::path& p) { return readTextFile(p.string()); }
 
 // A Hub cache entry: refs/main names the snapshot; without it, the newest.
 std::optional<fs::path> hubSnapshot(const fs::path& entry)

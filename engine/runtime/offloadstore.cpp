@@ -1,6 +1,7 @@
 #include "offloadstore.h"
 
 #include "stowage/error.h"
+#include "stowage/fileio.h"
 
 #include <nlohmann/json.hpp>
 
@@ -46,10 +47,7 @@ bool OffloadStore::openExisting()
     std::error_code ec;
     if (!fs::exists(index, ec))
         return false;
-    std::ifstream in(index);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
+    nlohmann::json j = nlohmann::json::parse(readTextFile(index.string()), nullptr, false);
     if (!j.is_object())
         return false;
     std::map<std::string, OffloadEntry> entries;
@@ -115,20 +113,8 @@ void OffloadStore::commit()
     nlohmann::ordered_json j = nlohmann::ordered_json::object();
     for (const auto& [name, e] : m_entries)
         j[name] = {{"dtype", numpyName(e.dtype)}, {"shape", e.shape}};
-    const fs::path index = fs::path(m_folder) / "index.json";
-    const std::string tmp = index.string() + ".partial";
-    {
-        std::ofstream out(tmp, std::ios::trunc);
-        out << j.dump(2);
-        if (!out.flush()) {
-            std::remove(tmp.c_str());
-            throw InputError(index.string(), "cannot write the offload index (disk full?)");
-        }
-    }
-    std::error_code ec;
-    fs::rename(tmp, index, ec);
-    if (ec)
-        throw InputError(index.string(), "cannot write the offload index: " + ec.message());
+    // index.json last, atomically: only a complete folder has one
+    writeFileAtomically((fs::path(m_folder) / "index.json").string(), j.dump(2));
 }
 
 const uint8_t* OffloadStore::data(const std::string& name)

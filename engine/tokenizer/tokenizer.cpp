@@ -5,6 +5,7 @@
 
 #include "stowage/checkpoint.h"
 #include "stowage/error.h"
+#include "stowage/fileio.h"
 
 #include <filesystem>
 #include <fstream>
@@ -21,12 +22,7 @@ std::optional<std::string> readFromFolder(const void* ctx, const std::string& na
     std::error_code ec;
     if (!fs::is_regular_file(p, ec))
         return std::nullopt;
-    std::ifstream in(p, std::ios::binary);
-    if (!in)
-        throw InputError(p.string(), "cannot read");
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
+    return readTextFile(p.string());
 }
 
 std::optional<std::string> readFromCheckpoint(const void* ctx, const std::string& name)

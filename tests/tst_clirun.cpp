@@ -1,0 +1,132 @@
+// stowage-cli run end to end (needs the LibTorch plugin): offloaded and
+// simulated-GPU maps give the all-CPU tokens, the report, exit codes.
+#include "fixtures.h"
+
+#include <QtTest>
+
+#include <filesystem>
+
+using namespace stowage;
+namespace fs = std::filesystem;
+
+class TestCliRun : public QObject {
+    Q_OBJECT
+    QTemporaryDir m_tmp;
+private slots:
+    void runOffloadedAndSimulatedGiveAllCpuTokens();
+    void runReportsDevicesAndPeakBytes();
+    void runBadInput_data();
+    void runBadInput();
+    void textPromptComesBackDecoded();
+};
+
+namespace {
+std::vector<int32_t> tokensOf(const fixtures::CliResult& r)
+{
+    auto j = nlohmann::json::parse(r.out.toStdString(), nullptr, false);
+    return j.is_object() ? j["token_ids"].get<std::vector<int32_t>>() : std::vector<int32_t>{};
+}
+} // namespace
+
+void TestCliRun::runOffloadedAndSimulatedGiveAllCpuTokens()
+{
+    const QString dir = m_tmp.path() + "/tiny";
+    fs::create_directories(dir.toStdString());
+    fixtures::writeTinyGpt2(dir.toStdString(), DType::BF16, 4, 9);
+    const QStringList common{"run", dir, "--prompt-ids", "4,8,15,16,23,42", "--max-new-tokens", "24", "--ignore-eos",
+                             "--dtype", "float32", "--json"};
+    auto cpu = fixtures::runCli(common);
+    QCOMPARE(cpu.exitCode, 0);
+    const auto ref = tokensOf(cpu);
+    QCOMPARE(ref.size(), size_t(24));
+    // cpu budget smaller than the model: the rest is offloaded to disk (converted bf16 -> fp32 in the folder)
+    auto off = fixtures::runCli(common + QStringList{"--max-memory", "cpu=20000", "--offload-folder", dir + "/off"});
+    QCOMPARE(off.exitCode, 0);
+    QCOMPARE(tokensOf(off), ref);
+    QVERIFY(QFileInfo::exists(dir + "/off/index.json"));
+    auto offMap = nlohmann::json::parse(off.out.toStdString())["device_map"];
+    QVERIFY2(offMap.dump().find("disk") != std::string::npos, offMap.dump().c_str());
+    // a simulated GPU, RAM and disk, with every policy
+    for (const char* policy : {"accelerate-like", "prefetch", "compute-where-it-lives"}) {
+        auto sim = fixtures::runCli(common + QStringList{"--max-memory", "0=15000", "--max-memory", "cpu=15000",
+                                                         "--offload-folder", dir + "/off", "--simulate-gpus",
+                                                         "--policy", policy});
+        QCOMPARE(sim.exitCode, 0);
+        QCOMPARE(tokensOf(sim), ref);
+    }
+}
+
+void TestCliRun::runReportsDevicesAndPeakBytes()
+{
+    const QString dir = m_tmp.path() + "/tiny";
+    auto r = fixtures::runCli({"run", dir, "--prompt-ids", "1,2,3", "--max-new-tokens", "4", "--max-memory",
+                               "0=15000", "--max-memory", "cpu=15000", "--offload-folder", dir + "/off",
+                               "--simulate-gpus", "--json"});
+    QCOMPARE(r.exitCode, 0);
+    auto j = nlohmann::ordered_json::parse(r.out.toStdString());
+    std::vector<std::string> keys;
+    for (auto it = j.begin(); it != j.end(); ++it)
+        keys.push_back(it.key());
+    QCOMPARE(std::vector<std::string>(keys.begin(), keys.begin() + 6),
+             (std::vector<std::string>{"prompt_ids", "token_ids", "text", "device_map", "timings", "peak_bytes"}));
+    QVERIFY(j["peak_bytes"]["0"].get<uint64_t>() > 0);
+    QVERIFY(j["peak_bytes"]["0"].get<uint64_t>() <= 15000);
+    QVERIFY(j["peak_bytes"]["cpu"].get<uint64_t>() > 0);
+    QVERIFY(j["timings"]["decode_tokens_per_s"].get<double>() > 0);
+    QVERIFY(j["devices"].dump().find("simulated") != std::string::npos);
+    QVERIFY(j["traffic"]["disk_read_bytes"].get<uint64_t>() > 0);
+}
+
+void TestCliRun::runBadInput_data()
+{
+    QTest::addColumn<QStringList>("args");
+    QTest::addColumn<QString>("message");
+    const QString dir = m_tmp.path() + "/tiny";
+    QTest::newRow("id out of vocab") << QStringList{"run", dir, "--prompt-ids", "5000"} << "outside the vocabulary";
+    QTest::newRow("bad ids") << QStringList{"run", dir, "--prompt-ids", "1,x"} << "'x' is not a token id";
+    QTest::newRow("policy") << QStringList{"run", dir, "--prompt-ids", "1", "--policy", "fast"} << "expected accelerate-like";
+    // bf16 weights computed in fp32 must be converted into an offload folder
+    QTest::newRow("disk without folder") << QStringList{"run", dir, "--prompt-ids", "1", "--max-memory", "cpu=1000",
+                                                        "--dtype", "float32"}
+                                         << "give an offload folder";
+    QTest::newRow("over the GPU budget") << QStringList{"run", dir, "--prompt-ids", "1", "--device-map",
+                                                        dir + "/gpu-map.json", "--simulate-gpus", "--max-memory",
+                                                        "0=1000", "--max-memory", "cpu=1GB"}
+                                         << "device 0: out of memory while";
+    QTest::newRow("unknown family") << QStringList{"run", m_tmp.path() + "/unknownfam",
+                                                   "--prompt-ids", "1"}
+                                    << "cannot be run yet";
+}
+
+void TestCliRun::runBadInput()
+{
+    QFETCH(QStringList, args);
+    QFETCH(QString, message);
+    const std::string dir = m_tmp.path().toStdString() + "/tiny";
+    fixtures::writeJson(dir + "/gpu-map.json", {{"", 0}});
+    const std::string unknown = m_tmp.path().toStdString() + "/unknownfam";
+    fs::create_directories(unknown);
+    fixtures::writeSafetensorsFile(unknown + "/model.safetensors", {{"blocks.0.w", DType::F32, {2, 2}}}, false);
+    fixtures::writeJson(unknown + "/config.json", {{"model_type", "mamba"}});
+    auto r = fixtures::runCli(args);
+    QCOMPARE(r.exitCode, 2);
+    QVERIFY2(QString(r.err).contains(message), r.err.constData());
+    QCOMPARE(r.err.count('\n'), 1);
+}
+
+void TestCliRun::textPromptComesBackDecoded()
+{
+    // the demo ships a byte-level tokenizer.json: "Hi" is two ids
+    auto run = fixtures::runCli({"run", "--prompt", "Hi", "--max-new-tokens", "5", "--ignore-eos", "--json"});
+    QCOMPARE(run.exitCode, 0);
+    auto j = nlohmann::json::parse(run.out.toStdString());
+    QCOMPARE(j["prompt_ids"].size(), size_t(2));
+    QCOMPARE(j["token_ids"].size(), size_t(5));
+    QVERIFY(j["text"].is_string());
+    auto streamed = fixtures::runCli({"run", "--prompt", "Hi", "--max-new-tokens", "5", "--ignore-eos"});
+    QCOMPARE(streamed.exitCode, 0);
+    QVERIFY(streamed.out.startsWith("Hi"));
+}
+
+QTEST_APPLESS_MAIN(TestCliRun)
+#include "tst_clirun.moc"

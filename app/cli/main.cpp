@@ -38,10 +38,13 @@ int runPlugin(const std::vector<std::string>& args)
     namespace fs = std::filesystem;
     std::error_code ec;
     fs::path exeDir = fs::read_symlink("/proc/self/exe", ec).parent_path();
-    // LibTorch's OpenMP threads spin after each parallel region and starve
-    // OpenBLAS's own threads on a small machine: decode ran 3x slower here.
-    // libgomp reads this when the plugin loads it, so set it before dlopen.
-    setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/0);
+    // LibTorch's OpenMP threads spin for a long while after each parallel
+    // region and starve OpenBLAS's own threads on a small machine (fp32 decode
+    // ran 3x slower here); not spinning at all slows LibTorch's own bf16
+    // kernels. A short spin measured best for both (tests/bench/bench_decode).
+    // libgomp reads it when the plugin loads it, so set it before dlopen.
+    if (!std::getenv("OMP_WAIT_POLICY"))
+        setenv("GOMP_SPINCOUNT", "5000", /*overwrite=*/0);
     void* lib = nullptr;
     std::string tried;
     for (const fs::path& p : {exeDir / "libstowage_run.so", exeDir.parent_path() / "lib" / "stowage" / "libstowage_run.so"}) {

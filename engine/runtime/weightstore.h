@@ -58,6 +58,7 @@ private:
         RtDevice* device = nullptr;
         std::vector<at::Tensor> fetched; // parallel to slots; undefined when resident
         std::vector<std::shared_ptr<void>> events; // CUDA copies still in flight
+        std::vector<uint64_t> held;                // bytes accounted for each fetched copy (0: a view)
         bool ready = false;      // fetched (by enter or the prefetcher) and not yet released
         bool needsFetch = false; // some weight is not resident on `device`
     };

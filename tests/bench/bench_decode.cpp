@@ -51,8 +51,8 @@ int main(int, char** argv)
 {
     // As stowage-cli does before loading LibTorch (see app/cli/main.cpp); for a
     // process linked with LibTorch the variable must be there before start.
-    if (!std::getenv("OMP_WAIT_POLICY")) {
-        setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT")) {
+        setenv("GOMP_SPINCOUNT", "5000", 1);
         execv("/proc/self/exe", argv);
     }
     QTemporaryDir tmp;

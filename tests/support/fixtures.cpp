@@ -230,3 +230,28 @@ CliResult runCli(const QStringList& args, int timeoutMs)
 }
 
 } // namespace fixtures
+
+namespace fixtures {
+
+QString badInputProblem(const CliResult& r, const QString& message)
+{
+    if (r.exitCode != 2)
+        return QString("exit code %1, not 2; stderr: %2").arg(r.exitCode).arg(QString(r.err));
+    if (!QString(r.err).contains(message))
+        return QString("stderr does not say '%1': %2").arg(message, QString(r.err));
+    if (r.err.count('\n') != 1)
+        return QString("stderr is not one line: %1").arg(QString(r.err));
+    if (!r.out.isEmpty())
+        return QString("stdout is not empty: %1").arg(QString(r.out));
+    return {};
+}
+
+std::vector<std::string> keysOf(const nlohmann::ordered_json& j)
+{
+    std::vector<std::string> keys;
+    for (auto it = j.begin(); it != j.end(); ++it)
+        keys.push_back(it.key());
+    return keys;
+}
+
+} // namespace fixtures

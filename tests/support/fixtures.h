@@ -59,5 +59,10 @@ struct CliResult {
     QByteArray out, err;
 };
 CliResult runCli(const QStringList& args, int timeoutMs = 60000);
+// What is wrong with `r` as the CLI's answer to bad input (exit 2, one line
+// on stderr containing `message`, nothing on stdout); empty when all is right.
+QString badInputProblem(const CliResult& r, const QString& message);
+// The keys of a JSON object, in order.
+std::vector<std::string> keysOf(const nlohmann::ordered_json& j);
 
 } // namespace fixtures

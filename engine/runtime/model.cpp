@@ -3,6 +3,7 @@
 #include "stowage/runtime.h"
 
 #include <ATen/Parallel.h>
+#include <c10/util/Exception.h>
 
 #include <thread>
 
@@ -99,7 +100,20 @@ std::vector<float> Model::forward(const std::vector<int32_t>& ids, bool allPosit
             throw InputError("--prompt-ids", "token id " + std::to_string(id) + " is outside the vocabulary (0.." +
                                                  std::to_string(m_impl->runner->vocabSize() - 1) + ")");
     at::Tensor t = at::tensor(ids64, at::kLong).view({1, int64_t(ids64.size())});
-    at::Tensor logits = m_impl->runner->forward(t, m_impl->cached, m_impl->cache);
+    at::Tensor logits;
+    try {
+        logits = m_impl->runner->forward(t, m_impl->cached, m_impl->cache);
+    } catch (const c10::Error& e) {
+        // A real CUDA out-of-memory while computing: name where it happened;
+        // the failed step's cache entries are dropped, the model stays usable.
+        const std::string what = e.what_without_backtrace();
+        resetCache();
+        if (what.find("out of memory") == std::string::npos)
+            throw;
+        const std::string& unit = m_impl->store->lastUnit();
+        throw InputError("device " + m_impl->store->unitDevice(unit).label(),
+                         "out of memory while running " + (unit.empty() ? std::string("the model") : unit) + ": " + what);
+    }
     m_impl->cached += int64_t(ids.size());
     if (!allPositions)
         logits = logits[-1];

@@ -335,6 +335,7 @@ void WeightStore::enter(const std::string& name)
         ev = nullptr;
     }
     m_current = &u;
+    m_lastUnit = name;
     // Start on the next unit (wrapping round: the next token starts again).
     auto pos = std::find(m_order.begin(), m_order.end(), name);
     if (m_options.policy != ExecutionPolicy::AccelerateLike && pos != m_order.end()) {

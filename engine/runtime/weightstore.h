@@ -50,6 +50,8 @@ public:
 
     std::vector<std::string> deviceDescriptions() const;
     Telemetry& telemetry() { return m_telemetry; }
+    // The unit entered last (where a failure during forward happened).
+    const std::string& lastUnit() const { return m_lastUnit; }
 
 private:
     struct Slot;
@@ -88,6 +90,7 @@ private:
     std::string m_prefetchWanted; // unit the prefetch thread should fetch next
     std::string m_inflight;       // unit the prefetch thread is fetching now
     Unit* m_current = nullptr;
+    std::string m_lastUnit;
     std::thread m_prefetcher;
     bool m_stop = false;
 };

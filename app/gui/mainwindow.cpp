@@ -1,9 +1,13 @@
 #include "mainwindow.h"
 
+#include "budgetpanel.h"
+#include "devicemapmodel.h"
 #include "moduletreemodel.h"
 #include "stowage/checkpoint.h"
 #include "stowage/error.h"
+#include "stowage/fileio.h"
 #include "stowage/moduletree.h"
+#include "stowage/planner.h"
 
 #include <QAction>
 #include <QApplication>
@@ -14,7 +18,9 @@
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QSettings>
+#include <QSplitter>
 #include <QStatusBar>
+#include <QTableView>
 #include <QTreeView>
 #include <QVBoxLayout>
 #include <QtConcurrent/QtConcurrentRun>
@@ -41,9 +47,14 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent)
     m_view->setModel(m_model);
     m_view->setUniformRowHeights(true);
     m_view->setAlternatingRowColors(true);
-    m_view->header()->setSectionResizeMode(ModuleTreeModel::NameColumn, QHeaderView::Stretch);
+    m_view->header()->setSectionResizeMode(ModuleTreeModel::NameColumn, QHeaderView::ResizeToContents);
+    auto* splitter = new QSplitter(Qt::Horizontal, central);
+    splitter->addWidget(m_view);
+    splitter->addWidget(buildPlanningPanel(splitter));
+    splitter->setStretchFactor(0, 1);
+    splitter->setStretchFactor(1, 1);
     layout->addWidget(m_summary);
-    layout->addWidget(m_view);
+    layout->addWidget(splitter, 1);
     setCentralWidget(central);
 
     QMenu* file = menuBar()->addMenu(tr("&File"));
@@ -53,6 +64,10 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent)
     openFile->setShortcut(QKeySequence(tr("Ctrl+Shift+O")));
     m_recentMenu = file->addMenu(tr("Open &Recent"));
     file->addSeparator();
+    m_exportAction = file->addAction(tr("&Export Device Map…"), this, &MainWindow::chooseExportFile);
+    m_exportAction->setShortcut(QKeySequence(tr("Ctrl+E")));
+    m_exportAction->setEnabled(false);
+    file->addSeparator();
     QAction* quit = file->addAction(tr("&Quit"), qApp, &QApplication::quit);
     quit->setShortcut(QKeySequence::Quit);
     rebuildRecentMenu();
@@ -60,6 +75,78 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent)
 }
 
 QString MainWindow::summary() const { return m_summary->text(); }
+
+QString MainWindow::totalsText() const { return m_totals->text(); }
+
+QWidget* MainWindow::buildPlanningPanel(QWidget* parent)
+{
+    auto* panel = new QWidget(parent);
+    auto* layout = new QVBoxLayout(panel);
+    layout->setContentsMargins(0, 0, 0, 0);
+    m_budgets = new BudgetPanel(panel);
+    m_mapModel = new DeviceMapModel(this);
+    m_mapView = new QTableView(panel);
+    m_mapView->setObjectName("deviceMap");
+    m_mapView->setModel(m_mapModel);
+    m_mapView->setAlternatingRowColors(true);
+    m_mapView->setSelectionBehavior(QAbstractItemView::SelectRows);
+    m_mapView->setWordWrap(false);
+    m_mapView->verticalHeader()->hide();
+    m_mapView->verticalHeader()->setDefaultSectionSize(m_mapView->fontMetrics().height() + 6);
+    m_mapView->horizontalHeader()->setStretchLastSection(true);
+    m_totals = new QLabel(tr("No plan yet."), panel);
+    m_totals->setObjectName("deviceTotals");
+    m_totals->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    m_totals->setWordWrap(true);
+    layout->addWidget(m_budgets);
+    layout->addWidget(m_mapView, 1);
+    layout->addWidget(m_totals);
+    connect(m_budgets, &BudgetPanel::budgetsChanged, this, &MainWindow::replan);
+    return panel;
+}
+
+void MainWindow::replan(const PlanOptions& options)
+{
+    const ModuleTree* tree = m_model->tree();
+    if (!tree)
+        return;
+    try {
+        m_mapModel->setPlan(planDeviceMap(*tree, options));
+    } catch (const std::exception& e) {
+        // Impossible options: keep showing the last good plan.
+        statusBar()->showMessage(tr("Cannot plan: %1").arg(QString::fromStdString(e.what())), 5000);
+        return;
+    }
+    // The Why column stretches and elides; its full text is the tooltip.
+    for (int c = DeviceMapModel::ModuleColumn; c < DeviceMapModel::WhyColumn; ++c)
+        m_mapView->resizeColumnToContents(c);
+    m_totals->setText(DeviceMapModel::totalsLine(m_mapModel->plan()));
+    m_exportAction->setEnabled(true);
+}
+
+void MainWindow::chooseExportFile()
+{
+    QString f = QFileDialog::getSaveFileName(this, tr("Export Device Map"), QStringLiteral("device_map.json"),
+                                             tr("Device map (*.json)"));
+    if (!f.isEmpty())
+        exportDeviceMap(f);
+}
+
+bool MainWindow::exportDeviceMap(const QString& path)
+{
+    try {
+        writeFileAtomically(path.toStdString(), deviceMapToJson(m_mapModel->plan().deviceMap) + "\n");
+    } catch (const std::exception& e) {
+        auto* box = new QMessageBox(QMessageBox::Warning, tr("Cannot export device map"),
+                                    QString::fromStdString(e.what()), QMessageBox::Ok, this);
+        box->setObjectName("exportError");
+        box->setAttribute(Qt::WA_DeleteOnClose);
+        box->open();
+        return false;
+    }
+    statusBar()->showMessage(tr("Exported %1").arg(path), 5000);
+    return true;
+}
 
 void MainWindow::chooseFolder()
 {
@@ -123,6 +210,11 @@ void MainWindow::showOpened(int job, const std::shared_ptr<Opened>& r)
     m_view->expandToDepth(1);
     m_view->resizeColumnToContents(ModuleTreeModel::ClassColumn);
     m_summary->setText(r->summary);
+    // A plan of the previous checkpoint must not outlive it, even if this one cannot be planned.
+    m_mapModel->clear();
+    m_totals->setText(tr("No plan yet."));
+    m_exportAction->setEnabled(false);
+    replan(m_budgets->options());
     setWindowTitle(tr("%1 — Stowage").arg(r->path));
     statusBar()->showMessage(tr("Opened %1").arg(r->path), 5000);
     rememberRecent(r->path);

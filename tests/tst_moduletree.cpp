@@ -39,6 +39,8 @@ private slots:
     void unknownFamilyFromNames();
     void optWithoutModelPrefix();
     void qwenVariants();
+    void impossibleConfigValues_data();
+    void impossibleConfigValues();
 };
 
 void TestModuleTree::distilgpt2SizesInFloat16_data()
@@ -204,7 +206,7 @@ void TestModuleTree::optWithoutModelPrefix()
     }
     fixtures::writeSafetensorsFile(d + "/model.safetensors", ts, false);
     fixtures::writeJson(d + "/config.json", {{"model_type", "opt"}, {"vocab_size", V}, {"hidden_size", H},
-                                             {"ffn_dim", F}, {"max_position_embeddings", P},
+                                             {"ffn_dim", F}, {"max_position_embeddings", P}, {"num_attention_heads", 4},
                                              {"num_hidden_layers", L}, {"torch_dtype", "float16"}});
     ModuleTree t = buildModuleTree(Checkpoint::open(d), std::nullopt);
     QVERIFY2(t.missing().empty(), t.missing().empty() ? "" : t.missing()[0].c_str());
@@ -235,6 +237,36 @@ void TestModuleTree::qwenVariants()
         QCOMPARE(t.find("model.layers.0.self_attn.k_norm") >= 0, q3);
         QCOMPARE(t.params()[size_t(t.findParam("model.layers.0.self_attn.k_proj.weight"))].shape,
                  (std::vector<int64_t>{4, 8}));
+    }
+}
+
+void TestModuleTree::impossibleConfigValues_data()
+{
+    QTest::addColumn<QString>("key");
+    QTest::addColumn<qlonglong>("value");
+    QTest::addColumn<QString>("message");
+    QTest::newRow("negative width") << "n_embd" << -5LL << "'n_embd' is -5, outside 0..2^40";
+    QTest::newRow("zero heads") << "n_head" << 0LL << "'n_head' must be at least 1";
+    QTest::newRow("not divisible") << "n_head" << 5LL << "'n_embd' (8) is not a multiple of 'n_head' (5)";
+    QTest::newRow("absurd vocab") << "vocab_size" << (1LL << 50) << "'vocab_size' is 1125899906842624, outside 0..2^40";
+}
+
+void TestModuleTree::impossibleConfigValues()
+{
+    QFETCH(QString, key);
+    QFETCH(qlonglong, value);
+    QFETCH(QString, message);
+    auto d = dir("badconfig-" + key.toStdString() + std::to_string(value));
+    fixtures::writeSharded(d, fixtures::gpt2Tensors({97, 16, 8, 2}, DType::F32), 1, false, false);
+    nlohmann::json c = fixtures::gpt2Config({97, 16, 8, 2}, DType::F32);
+    c["n_head"] = 2;
+    c[key.toStdString()] = value;
+    fixtures::writeJson(d + "/config.json", c);
+    try {
+        buildModuleTree(Checkpoint::open(d), std::nullopt);
+        QFAIL("no error");
+    } catch (const InputError& e) {
+        QVERIFY2(QString(e.what()).contains("config.json: " + message), e.what());
     }
 }
 

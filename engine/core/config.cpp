@@ -47,7 +47,26 @@ int64_t ModelConfig::integer(const std::string& key, std::optional<int64_t> def)
     }
     if (!it->is_number_integer())
         throw InputError(m_path, "'" + key + "' is not an integer");
-    return it->get<int64_t>();
+    // Sizes and counts: a negative or absurd value would wrap every size computed from it.
+    const int64_t v = it->get<int64_t>();
+    if (v < 0 || v > (int64_t(1) << 40))
+        throw InputError(m_path, "'" + key + "' is " + std::to_string(v) + ", outside 0..2^40");
+    return v;
+}
+
+int64_t ModelConfig::positive(const std::string& key, std::optional<int64_t> def) const
+{
+    const int64_t v = integer(key, def);
+    if (v < 1)
+        throw InputError(m_path, "'" + key + "' must be at least 1");
+    return v;
+}
+
+void ModelConfig::requireDivisible(const std::string& key, int64_t value, const std::string& byKey, int64_t by) const
+{
+    if (by < 1 || value % by != 0)
+        throw InputError(m_path, "'" + key + "' (" + std::to_string(value) + ") is not a multiple of '" + byKey + "' (" +
+                                     std::to_string(by) + ")");
 }
 
 double ModelConfig::number(const std::string& key, double def) const

@@ -7,19 +7,19 @@ std::optional<KvReserve> kvReserveFor(const ModelConfig& c, const ModuleTree& tr
     int64_t kvHeads = 0, headDim = 0, hidden = 0, inner = 0;
     const std::string& t = c.modelType();
     if (t == "gpt2") {
-        hidden = c.integer("n_embd", 768);
-        kvHeads = c.integer("n_head", 12);
+        hidden = c.positive("n_embd", 768);
+        kvHeads = c.positive("n_head", 12);
         headDim = hidden / kvHeads;
         inner = c.has("n_inner") ? c.integer("n_inner") : 4 * hidden;
     } else if (t == "llama" || t == "mistral" || t == "qwen2" || t == "qwen3") {
-        hidden = c.integer("hidden_size");
-        int64_t heads = c.integer("num_attention_heads");
-        kvHeads = c.integer("num_key_value_heads", heads);
-        headDim = c.has("head_dim") ? c.integer("head_dim") : hidden / heads;
+        hidden = c.positive("hidden_size");
+        int64_t heads = c.positive("num_attention_heads");
+        kvHeads = c.positive("num_key_value_heads", heads);
+        headDim = c.has("head_dim") ? c.positive("head_dim") : hidden / heads;
         inner = c.integer("intermediate_size");
     } else if (t == "opt") {
-        hidden = c.integer("hidden_size");
-        kvHeads = c.integer("num_attention_heads");
+        hidden = c.positive("hidden_size");
+        kvHeads = c.positive("num_attention_heads");
         headDim = hidden / kvHeads;
         inner = c.integer("ffn_dim");
     } else {

@@ -48,7 +48,8 @@ std::vector<Tensor> gpt2Tensors(const Gpt2Shape& s, DType dt, const std::string&
 nlohmann::json gpt2Config(const Gpt2Shape& s, DType dt)
 {
     return {{"architectures", {"GPT2LMHeadModel"}}, {"model_type", "gpt2"}, {"vocab_size", s.vocab},
-            {"n_positions", s.positions}, {"n_embd", s.embd}, {"n_layer", s.layers}, {"n_head", 12},
+            {"n_positions", s.positions}, {"n_embd", s.embd}, {"n_layer", s.layers},
+            {"n_head", s.embd % 12 == 0 ? 12 : s.embd % 4 == 0 ? 4 : 1},
             {"activation_function", "gelu_new"}, {"torch_dtype", stowage::dtypeTorchName(dt)}};
 }
 

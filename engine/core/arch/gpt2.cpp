@@ -19,7 +19,8 @@ Skeleton buildGpt2(const ModelConfig& c, DType dt)
 {
     const int64_t vocab = c.integer("vocab_size", 50257);
     const int64_t positions = c.integer("n_positions", 1024);
-    const int64_t embd = c.integer("n_embd", 768);
+    const int64_t embd = c.positive("n_embd", 768);
+    c.requireDivisible("n_embd", embd, "n_head", c.positive("n_head", 12));
     const int64_t layers = c.integer("n_layer", 12);
     const int64_t inner = c.has("n_inner") ? c.integer("n_inner") : 4 * embd;
     const std::string act = activationClass(c.stringOr("activation_function", "gelu_new"));

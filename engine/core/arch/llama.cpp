@@ -12,9 +12,12 @@ Skeleton buildLlamaFamily(const ModelConfig& c, DType dt)
     const int64_t hidden = c.integer("hidden_size", 4096);
     const int64_t inter = c.integer("intermediate_size", 11008);
     const int64_t layers = c.integer("num_hidden_layers", 32);
-    const int64_t heads = c.integer("num_attention_heads", 32);
-    const int64_t kvHeads = c.integer("num_key_value_heads", heads);
-    const int64_t headDim = c.has("head_dim") ? c.integer("head_dim") : hidden / heads;
+    const int64_t heads = c.positive("num_attention_heads", 32);
+    const int64_t kvHeads = c.positive("num_key_value_heads", heads);
+    c.requireDivisible("num_attention_heads", heads, "num_key_value_heads", kvHeads);
+    if (!c.has("head_dim"))
+        c.requireDivisible("hidden_size", hidden, "num_attention_heads", heads);
+    const int64_t headDim = c.has("head_dim") ? c.positive("head_dim") : hidden / heads;
     const bool qkvBias = type == "qwen2" ? true : c.boolOr("attention_bias", false);
     const bool oBias = type == "qwen2" ? false : c.boolOr("attention_bias", false);
     const bool mlpBias = c.boolOr("mlp_bias", false);

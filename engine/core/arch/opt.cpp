@@ -6,7 +6,8 @@ namespace stowage::arch {
 Skeleton buildOpt(const ModelConfig& c, DType dt)
 {
     const int64_t vocab = c.integer("vocab_size", 50272);
-    const int64_t hidden = c.integer("hidden_size", 768);
+    const int64_t hidden = c.positive("hidden_size", 768);
+    c.requireDivisible("hidden_size", hidden, "num_attention_heads", c.positive("num_attention_heads", 12));
     const int64_t layers = c.integer("num_hidden_layers", 12);
     const int64_t ffn = c.integer("ffn_dim", 3072);
     const int64_t positions = c.integer("max_position_embeddings", 2048);

@@ -28,7 +28,12 @@ public:
     bool has(const std::string& key) const;
     // Integer field; throws InputError when present but not an integer, or
     // absent and `def` is not given.
+    // Values outside 0..2^40 are input errors too (they are sizes and counts).
     int64_t integer(const std::string& key, std::optional<int64_t> def = std::nullopt) const;
+    // As integer(), and at least 1 (head counts and widths that are divided by).
+    int64_t positive(const std::string& key, std::optional<int64_t> def = std::nullopt) const;
+    // InputError unless `value` (of `key`) is a multiple of `by` (of `byKey`).
+    void requireDivisible(const std::string& key, int64_t value, const std::string& byKey, int64_t by) const;
     double number(const std::string& key, double def) const;
     bool boolOr(const std::string& key, bool def) const;
     std::string stringOr(const std::string& key, const std::string& def) const;

@@ -18,8 +18,8 @@ class Gpt2 : public Runner {
 public:
     Gpt2(const ModelConfig& c, WeightStore& s) : m_store(s)
     {
-        m_embd = c.integer("n_embd", 768);
-        m_heads = c.integer("n_head", 12);
+        m_embd = c.positive("n_embd", 768);
+        m_heads = c.positive("n_head", 12);
         m_layers = c.integer("n_layer", 12);
         m_vocab = c.integer("vocab_size", 50257);
         m_eps = c.number("layer_norm_epsilon", 1e-5);

@@ -30,10 +30,10 @@ public:
     LlamaFamily(const ModelConfig& c, WeightStore& s) : m_store(s)
     {
         m_type = c.modelType();
-        m_hidden = c.integer("hidden_size");
-        m_heads = c.integer("num_attention_heads");
-        m_kvHeads = c.integer("num_key_value_heads", m_heads);
-        m_headDim = c.has("head_dim") ? c.integer("head_dim") : m_hidden / m_heads;
+        m_hidden = c.positive("hidden_size");
+        m_heads = c.positive("num_attention_heads");
+        m_kvHeads = c.positive("num_key_value_heads", m_heads);
+        m_headDim = c.has("head_dim") ? c.positive("head_dim") : m_hidden / m_heads;
         m_layers = c.integer("num_hidden_layers");
         m_vocab = c.integer("vocab_size");
         m_eps = c.number("rms_norm_eps", 1e-6);

@@ -11,8 +11,8 @@ class Opt : public Runner {
 public:
     Opt(const ModelConfig& c, WeightStore& s) : m_store(s)
     {
-        m_hidden = c.integer("hidden_size");
-        m_heads = c.integer("num_attention_heads");
+        m_hidden = c.positive("hidden_size");
+        m_heads = c.positive("num_attention_heads");
         m_layers = c.integer("num_hidden_layers");
         m_vocab = c.integer("vocab_size");
         m_before = c.boolOr("do_layer_norm_before", true);

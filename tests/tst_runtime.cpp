@@ -91,6 +91,7 @@ private slots:
     void loadAddsNoMoreThanTheWeights();
     void telemetryRecordsTraffic();
     void generationIsReproducible();
+    void baseModelSaveReadsDiskWeightsInPlace();
 };
 
 void TestRuntime::initTestCase()
@@ -325,6 +326,22 @@ void TestRuntime::generationIsReproducible()
     stop.stopIds = {a.tokens[3]};
     auto e = generate(*m, {1, 2, 3}, stop);
     QVERIFY(e.tokens.size() <= 4 && e.tokens.back() == a.tokens[3]);
+}
+
+void TestRuntime::baseModelSaveReadsDiskWeightsInPlace()
+{
+    // distilgpt2 on the Hub is saved from GPT2Model: "h.0..." where the tree says
+    // "transformer.h.0...". Its disk weights still need no offload folder.
+    const std::string d = path("gpt2-base-save");
+    fs::create_directories(d);
+    fixtures::Gpt2Shape s{97, 32, 16, 2};
+    fixtures::writeRandomSafetensors(d + "/model.safetensors", fixtures::gpt2Tensors(s, DType::F32, ""), 4);
+    nlohmann::json c = fixtures::gpt2Config(s, DType::F32);
+    fixtures::writeJson(d + "/config.json", c);
+    LoadOptions disk;
+    disk.deviceMap = {{"", dev("disk")}};
+    LoadOptions cpu;
+    QVERIFY(bitIdentical(logitsFor(d, disk), logitsFor(d, cpu)));
 }
 
 QTEST_APPLESS_MAIN(TestRuntime)

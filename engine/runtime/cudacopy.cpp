@@ -43,12 +43,11 @@ at::Tensor copyTo(const at::Tensor& src, at::Device device, at::ScalarType dtype
     at::Tensor out;
     {
         c10::cuda::CUDAStreamGuard guard(stream);
-        // Pageable sources (memory-mapped shards) go through a pinned buffer from
-        // the caching host allocator, which keeps and reuses those buffers.
-        at::Tensor host = src.is_pinned() ? src : src.pin_memory();
-        out = host.to(device, dtype, /*non_blocking=*/true, /*copy=*/true);
-        // The caching allocator must not hand this block to the compute stream early.
-        c10::cuda::CUDACachingAllocator::recordStream(out.storage().data_ptr(), stream);
+        // Pageable host sources (memory-mapped shards) go through a pinned buffer
+        // from the caching host allocator, which keeps and reuses those buffers;
+        // a tensor on another GPU is copied peer to peer as it is.
+        at::Tensor from = (src.is_cpu() && !src.is_pinned()) ? src.pin_memory() : src;
+        out = from.to(device, dtype, /*non_blocking=*/true, /*copy=*/true);
     }
     auto ev = std::make_shared<at::cuda::CUDAEvent>();
     ev->record(stream);
@@ -61,6 +60,13 @@ void wait(const Event& done, at::Device device)
     if (!done || !device.is_cuda())
         return;
     static_cast<at::cuda::CUDAEvent*>(done.get())->block(c10::cuda::getCurrentCUDAStream(device.index()));
+}
+
+void usedOnCurrentStream(const at::Tensor& t)
+{
+    if (t.defined() && t.is_cuda())
+        c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(),
+                                                      c10::cuda::getCurrentCUDAStream(t.device().index()));
 }
 
 uint64_t allocatedBytes(int device)
@@ -88,6 +94,7 @@ at::Tensor copyTo(const at::Tensor& src, at::Device device, at::ScalarType dtype
     return src.to(device, dtype, false, true);
 }
 void wait(const Event&, at::Device) {}
+void usedOnCurrentStream(const at::Tensor&) {}
 uint64_t allocatedBytes(int) { return 0; }
 uint64_t freeBytes(int) { return 0; }
 

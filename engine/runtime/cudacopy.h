@@ -19,6 +19,9 @@ using Event = std::shared_ptr<void>;
 // and `*done` is set; the compute stream must wait(done) before using it.
 at::Tensor copyTo(const at::Tensor& src, at::Device device, at::ScalarType dtype, Event* done);
 void wait(const Event& done, at::Device device);
+// Tells the caching allocator that the current (compute) stream uses `t`, so
+// its block is not handed out again before that stream's work on it is done.
+void usedOnCurrentStream(const at::Tensor& t);
 // Bytes the caching allocator holds and the driver's free memory (0 without CUDA).
 uint64_t allocatedBytes(int device);
 uint64_t freeBytes(int device);

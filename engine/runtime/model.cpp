@@ -113,6 +113,9 @@ std::vector<float> Model::forward(const std::vector<int32_t>& ids, bool allPosit
         const std::string& unit = m_impl->store->lastUnit();
         throw InputError("device " + m_impl->store->unitDevice(unit).label(),
                          "out of memory while running " + (unit.empty() ? std::string("the model") : unit) + ": " + what);
+    } catch (...) {
+        resetCache(); // some layers already appended this step's keys and values
+        throw;
     }
     m_impl->cached += int64_t(ids.size());
     if (!allPositions)

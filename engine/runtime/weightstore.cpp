@@ -22,6 +22,7 @@ struct WeightStore::Slot {
     std::vector<int64_t> shape;
     uint64_t bytes = 0; // in the compute dtype
     Slot* tiedTo = nullptr;
+    const TensorInfo* tensor = nullptr; // the checkpoint's (its name may lack the base-model prefix)
 };
 
 namespace {
@@ -101,7 +102,7 @@ at::Tensor WeightStore::fromSource(const Slot& s) const
 // .bin files, they go through the offload folder.
 bool WeightStore::readsInPlace(const Slot& s) const
 {
-    const TensorInfo* t = m_ck.find(s.name);
+    const TensorInfo* t = s.tensor;
     return t && m_ck.shards()[size_t(t->shard)].format == WeightFormat::Safetensors &&
            toTorch(t->dtype) == m_computeDType;
 }
@@ -150,6 +151,7 @@ void WeightStore::load(const ProgressFn& progress)
             if (progress && !progress(total ? double(done) / double(total) : 0.0, s.name))
                 throw Cancelled();
             s.src = m_ck.data(t);
+            s.tensor = &t;
             s.srcDType = t.dtype;
             if (s.home.kind == Device::Disk) {
                 needOffload = needOffload || !readsInPlace(s);
@@ -330,9 +332,13 @@ void WeightStore::enter(const std::string& name)
         lock.lock();
     }
     u.ready = true;
-    for (auto& ev : u.events) { // the compute stream waits for the side-stream copies
-        cuda::wait(ev, u.device->torch);
-        ev = nullptr;
+    for (size_t i = 0; i < u.events.size(); ++i) { // the compute stream waits for the side-stream copies
+        if (!u.events[i])
+            continue;
+        cuda::wait(u.events[i], u.device->torch);
+        // and the allocator must not reuse the block before the compute stream is done with it
+        cuda::usedOnCurrentStream(u.fetched[i]);
+        u.events[i] = nullptr;
     }
     m_current = &u;
     m_lastUnit = name;

@@ -10,8 +10,13 @@ UnitScope::UnitScope(WeightStore& store, const std::string& unit, at::Tensor& x)
 {
     m_store.enter(unit);
     m_t0 = m_store.telemetry().now();
-    if (x.defined() && x.device() != m_device)
-        x = x.to(m_device); // inputs follow the module, as Accelerate's hooks move them
+    try {
+        if (x.defined() && x.device() != m_device)
+            x = x.to(m_device); // inputs follow the module, as Accelerate's hooks move them
+    } catch (...) {
+        m_store.leave(unit); // the destructor will not run for a half-built scope
+        throw;
+    }
 }
 
 UnitScope::~UnitScope()

@@ -92,6 +92,7 @@ private slots:
     void telemetryRecordsTraffic();
     void generationIsReproducible();
     void baseModelSaveReadsDiskWeightsInPlace();
+    void tiedHeadDoesNotPrefetchASecondCopy();
 };
 
 void TestRuntime::initTestCase()
@@ -342,6 +343,31 @@ void TestRuntime::baseModelSaveReadsDiskWeightsInPlace()
     disk.deviceMap = {{"", dev("disk")}};
     LoadOptions cpu;
     QVERIFY(bitIdentical(logitsFor(d, disk), logitsFor(d, cpu)));
+}
+
+void TestRuntime::tiedHeadDoesNotPrefetchASecondCopy()
+{
+    // A big vocabulary makes the tied embedding the largest weight by far. When
+    // lm_head (the embedding's matrix) runs on GPU 0, prefetching the next
+    // step's embedding unit would hold that matrix twice.
+    const std::string d = path("gpt2-bigvocab");
+    fs::create_directories(d);
+    fixtures::Gpt2Shape s{2000, 32, 16, 1};
+    fixtures::writeRandomSafetensors(d + "/model.safetensors", fixtures::gpt2Tensors(s, DType::F32), 6);
+    fixtures::writeJson(d + "/config.json", fixtures::gpt2Config(s, DType::F32));
+    Checkpoint ck = Checkpoint::open(d);
+    ModuleTree tree = buildModuleTree(ck, std::nullopt);
+    const uint64_t wte = tree.modules()[size_t(tree.find("transformer.wte"))].bytes;
+    LoadOptions o;
+    o.deviceMap = {{"transformer", dev("cpu")}, {"lm_head", dev("0")}};
+    o.simulateGpus = true;
+    o.policy = ExecutionPolicy::Prefetch;
+    auto m = Model::load(ck, tree, o);
+    SamplingOptions so;
+    so.maxNewTokens = 6;
+    generate(*m, {1, 2, 3}, so);
+    const uint64_t peak = m->telemetry().peak().at("0");
+    QVERIFY2(peak >= wte && peak < 2 * wte, qPrintable(QString("peak %1, embedding %2").arg(peak).arg(wte)));
 }
 
 QTEST_APPLESS_MAIN(TestRuntime)

@@ -108,6 +108,7 @@ std::vector<float> Model::forward(const std::vector<int32_t>& ids, bool allPosit
         // the failed step's cache entries are dropped, the model stays usable.
         const std::string what = e.what_without_backtrace();
         resetCache();
+        m_impl->store->releaseAll();
         if (what.find("out of memory") == std::string::npos)
             throw;
         const std::string& unit = m_impl->store->lastUnit();
@@ -115,6 +116,7 @@ std::vector<float> Model::forward(const std::vector<int32_t>& ids, bool allPosit
                          "out of memory while running " + (unit.empty() ? std::string("the model") : unit) + ": " + what);
     } catch (...) {
         resetCache(); // some layers already appended this step's keys and values
+        m_impl->store->releaseAll();
         throw;
     }
     m_impl->cached += int64_t(ids.size());

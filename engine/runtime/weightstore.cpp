@@ -5,6 +5,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <chrono>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -347,7 +348,12 @@ void WeightStore::enter(const std::string& name)
     if (m_options.policy != ExecutionPolicy::AccelerateLike && pos != m_order.end()) {
         const std::string& next = (pos + 1 == m_order.end()) ? m_order.front() : *(pos + 1);
         Unit& n = m_units[next];
-        if (next != name && n.needsFetch && !n.ready) {
+        // Not when the next unit holds the same weights (the tied head wrapping
+        // round to the embedding): that would put a second copy on the device.
+        const bool shares = std::any_of(n.slots.begin(), n.slots.end(), [&](const Slot* x) {
+            return std::find(u.slots.begin(), u.slots.end(), x) != u.slots.end();
+        });
+        if (next != name && n.needsFetch && !n.ready && !shares) {
             m_prefetchWanted = next;
             m_cv.notify_all();
         }
@@ -364,6 +370,16 @@ void WeightStore::dropFetched(Unit& u)
         u.fetched[i] = at::Tensor();
     }
     u.ready = false;
+}
+
+void WeightStore::releaseAll()
+{
+    std::unique_lock<std::mutex> lock(m_mutex);
+    m_prefetchWanted.clear();
+    m_cv.wait(lock, [&] { return m_inflight.empty(); });
+    for (auto& [name, u] : m_units)
+        dropFetched(u);
+    m_current = nullptr;
 }
 
 void WeightStore::leave(const std::string& name)

@@ -43,6 +43,9 @@ public:
     void setOrder(std::vector<std::string> units);
     void enter(const std::string& unit);
     void leave(const std::string& unit);
+    // After a failed forward: waits for a prefetch under way, then drops every
+    // fetched copy (prefetched ones included) so a retry starts clean.
+    void releaseAll();
     // A weight by full name, on its unit's device; only between enter/leave
     // for offloaded ones. Tied names resolve to the tensor they share.
     const at::Tensor& get(const std::string& name) const;

@@ -24,11 +24,7 @@ namespace {
 HardwareProfile hardwareFor(const Args& a)
 {
     auto h = a.value("--hardware");
-    if (!h)
-        return measureThisMachine();
-    if (h->size() > 5 && h->substr(h->size() - 5) == ".json")
-        return profileFromJson(readFile(*h), *h);
-    return hardwarePreset(*h);
+    return h ? loadHardware(*h) : measureThisMachine();
 }
 
 const ExecutionPolicy kPolicies[] = {ExecutionPolicy::AccelerateLike, ExecutionPolicy::Prefetch,

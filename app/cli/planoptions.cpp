@@ -71,6 +71,14 @@ std::string readFile(const std::string& path) { return readTextFile(path); }
 
 void writeFile(const std::string& path, const std::string& text) { writeFileAtomically(path, text); }
 
+HardwareProfile loadHardware(const std::string& spec)
+{
+    const std::string ext = ".json";
+    if (spec.size() > ext.size() && spec.compare(spec.size() - ext.size(), ext.size(), ext) == 0)
+        return profileFromJson(readFile(spec), spec);
+    return hardwarePreset(spec);
+}
+
 std::set<std::string> planValuedOptions() { return {"--max-memory", "--strategy", "--dtype", "--no-split", "--kv-cache"}; }
 std::set<std::string> planFlagOptions() { return {"--offload-buffers"}; }
 

@@ -3,6 +3,7 @@
 #include "args.h"
 
 #include "stowage/checkpoint.h"
+#include "stowage/costmodel.h"
 #include "stowage/planner.h"
 
 #include <set>
@@ -17,6 +18,9 @@ std::set<std::string> planFlagOptions();
 PlanOptions planOptionsFromArgs(const Args& args, const Checkpoint& ck, const ModuleTree& tree);
 // A user's device-map JSON, validated against the tree (the first error is thrown as InputError).
 DeviceMap loadDeviceMap(const std::string& path, const ModuleTree& tree, std::vector<std::string>* warnings);
+
+// --hardware: a preset name ("rtx4090", "2xh100-80gb") or a saved profile FILE.json.
+HardwareProfile loadHardware(const std::string& spec);
 
 std::string readFile(const std::string& path);
 // Written to PATH.partial then renamed, so a failed write leaves no half file.

@@ -122,8 +122,7 @@ int runCommand(const std::vector<std::string>& argv)
     }
     lo.threads = int(number(a, "--threads", 0, 0, 4096));
     if (auto h = a.value("--hardware"))
-        lo.profile = h->size() > 5 && h->substr(h->size() - 5) == ".json" ? profileFromJson(readFile(*h), *h)
-                                                                          : hardwarePreset(*h);
+        lo.profile = loadHardware(*h);
     if (a.flag("--throttle")) {
         // Simulated GPUs copy at the profile's PCIe speed, for teaching demos.
         if (!lo.profile || lo.profile->gpus.empty())

@@ -101,13 +101,17 @@ void cleanDeviceMap(DeviceMap& map)
     clean("");
 }
 
+bool isUnder(const std::string& name, const std::string& module)
+{
+    return module.empty() || name == module || name.rfind(module + ".", 0) == 0;
+}
+
 std::optional<Device> deviceFor(const DeviceMap& map, const std::string& name)
 {
     std::optional<Device> best;
     size_t bestLen = 0;
     for (const auto& [k, d] : map) {
-        bool match = k.empty() || name == k || name.rfind(k + ".", 0) == 0;
-        if (match && (!best || k.size() >= bestLen)) {
+        if (isUnder(name, k) && (!best || k.size() >= bestLen)) {
             best = d;
             bestLen = k.size();
         }

@@ -26,13 +26,6 @@ struct WeightStore::Slot {
     const TensorInfo* tensor = nullptr; // the checkpoint's (its name may lack the base-model prefix)
 };
 
-namespace {
-bool startsWithUnit(const std::string& name, const std::string& unit)
-{
-    return unit.empty() || name == unit || name.rfind(unit + ".", 0) == 0;
-}
-} // namespace
-
 WeightStore::WeightStore(const Checkpoint& ck, const ModuleTree& tree, const LoadOptions& options, Telemetry& telemetry)
     : m_ck(ck), m_tree(tree), m_options(options), m_telemetry(telemetry)
 {
@@ -285,7 +278,7 @@ void WeightStore::setOrder(std::vector<std::string> units)
         RtDevice* dev = nullptr;
         bool oneGpu = true, allCpu = true;
         for (auto& sp : m_slots) {
-            if (!startsWithUnit(sp->name, u))
+            if (!isUnder(sp->name, u))
                 continue;
             Slot* s = sp->tiedTo ? sp->tiedTo : sp.get();
             if (std::find(unit.slots.begin(), unit.slots.end(), s) != unit.slots.end())

@@ -79,6 +79,9 @@ struct MapCheck {
 };
 // Validates a user-supplied map against the tree.
 MapCheck validateDeviceMap(const ModuleTree& tree, const DeviceMap& map);
+// Whether `name` is `module` or lies under it ("" is the whole model); the
+// prefix rule device-map keys and execution units share.
+bool isUnder(const std::string& name, const std::string& module);
 // The device of a tensor/module name: longest matching key ("" = all), or nullopt.
 std::optional<Device> deviceFor(const DeviceMap& map, const std::string& name);
 

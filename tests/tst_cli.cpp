@@ -46,6 +46,8 @@ void TestCli::inspectJsonContract()
     QCOMPARE(std::vector<std::string>(keys.begin(), keys.begin() + 6),
              (std::vector<std::string>{"model_type", "dtype", "total_bytes", "modules", "tied", "no_split"}));
     QCOMPARE(j["model_type"].get<std::string>(), std::string("gpt2"));
+    QCOMPARE(j["reference"].get<std::string>(), std::string("transformers"));
+    QCOMPARE(j["buffers"].size(), size_t(0)); // GPT-2 registers none in transformers 5.6
     QCOMPARE(j["dtype"].get<std::string>(), std::string("float16"));
     QCOMPARE(j["total_bytes"].get<uint64_t>(), uint64_t(163'825'152));
     bool found = false;
@@ -92,6 +94,9 @@ void TestCli::badInputExitsTwoWithOneLine_data()
     QTest::newRow("twice") << QStringList{"plan", "--max-memory", "0=1GB", "--max-memory", "0=2GB"}
                            << "device 0 is given twice";
     QTest::newRow("strategy") << QStringList{"plan", "--strategy", "fast"} << "expected auto, balanced";
+    QTest::newRow("reference") << QStringList{"plan", "--reference", "torch"} << "expected transformers or accelerate";
+    QTest::newRow("inspect reference") << QStringList{"inspect", "--reference", "hf"}
+                                       << "--reference hf: expected transformers or accelerate";
     QTest::newRow("kv") << QStringList{"plan", "--kv-cache", "lots"} << "expected CONTEXT or CONTEXTxBATCH";
     QTest::newRow("preset") << QStringList{"plan", "--report", "/dev/null", "--hardware", "abacus"} << "abacus";
 }
@@ -113,6 +118,11 @@ void TestCli::planSeedJsonIsTransformersExact()
     auto all = fixtures::runCli({"plan", QString::fromStdString(m_distil), "--dtype", "float16", "--max-memory",
                                  "0=50MB", "--max-memory", "cpu=10GB", "--json"});
     QCOMPARE(all.out, QByteArray("{\n  \"\": \"cpu\"\n}\n"));
+    // GPT-2 has no buffers and its tensors are all float32 as stored, so a
+    // direct Accelerate call gives the same seed maps.
+    auto acc = fixtures::runCli({"plan", QString::fromStdString(m_distil), "--dtype", "float16", "--max-memory",
+                                 "0=100MB", "--max-memory", "cpu=10GB", "--reference", "accelerate", "--json"});
+    QCOMPARE(acc.out, r.out);
 }
 void TestCli::planWritesMapReportAndChecksUserMaps()
 {
@@ -123,9 +133,12 @@ void TestCli::planWritesMapReportAndChecksUserMaps()
     QCOMPARE(r.exitCode, 0);
     QVERIFY2(r.out.contains("after keeping 14,175,744 for the largest layer still to place (transformer.h.0)"),
              r.out.constData());
+    QVERIFY2(r.out.contains("float16, transformers reference)"), r.out.constData());
+    QVERIFY2(r.out.contains("reference: transformers 5.6"), r.out.constData());
     QFile f(dir + "/report.json");
     QVERIFY(f.open(QIODevice::ReadOnly));
     auto rep = nlohmann::ordered_json::parse(f.readAll().toStdString());
+    QCOMPARE(rep["reference"].get<std::string>(), std::string("transformers"));
     QCOMPARE(rep["device_map"].size(), size_t(6));
     QCOMPARE(rep["entries"][1]["module"].get<std::string>(), std::string("lm_head"));
     QVERIFY(rep["entries"][1]["why"].get<std::string>().find("tied to transformer.wte") != std::string::npos);

@@ -39,6 +39,7 @@ private slots:
     void unknownFamilyFromNames();
     void optWithoutModelPrefix();
     void qwenVariants();
+    void defaultDTypeAsTransformers();
     void impossibleConfigValues_data();
     void impossibleConfigValues();
 };
@@ -119,7 +120,13 @@ void TestModuleTree::shardedBf16Llama32()
     fixtures::writeJson(d + "/config.json", fixtures::llamaConfig(s, DType::BF16));
     ModuleTree t = buildModuleTree(Checkpoint::open(d), std::nullopt);
     QCOMPARE(t.root().paramCount, uint64_t(1'235'814'400));
-    QCOMPARE(t.root().bytes, uint64_t(2 * 1'235'814'400ull));
+    // transformers 5.6 adds model.rotary_emb's inv_freq and original_inv_freq:
+    // head_dim 2048 / 32 = 64, so 32 float32 each: 2 x 32 x 4 = 256 bytes.
+    QCOMPARE(t.root().bytes, uint64_t(2 * 1'235'814'400ull + 256));
+    QCOMPARE(bytesOf(t, "model.rotary_emb"), uint64_t(256));
+    QCOMPARE(t.buffers().size(), size_t(2));
+    QCOMPARE(t.buffers()[0].name, std::string("model.rotary_emb.inv_freq"));
+    QCOMPARE(t.buffers()[1].name, std::string("model.rotary_emb.original_inv_freq"));
     QCOMPARE(*t.dtype(), DType::BF16);
     QCOMPARE(bytesOf(t, "model.layers.0"), uint64_t(2 * 60'821'504));
     QCOMPARE(t.modules()[size_t(t.find("model.layers.0"))].className, std::string("LlamaDecoderLayer"));
@@ -128,7 +135,14 @@ void TestModuleTree::shardedBf16Llama32()
     QVERIFY(t.missing().empty());
     QCOMPARE(t.noSplitClasses(), std::vector<std::string>{"LlamaDecoderLayer"});
     // float32 planning counts four bytes a parameter, as transformers' fp32 meta model does.
-    QCOMPARE(buildModuleTree(Checkpoint::open(d), DType::F32).root().bytes, uint64_t(4 * 1'235'814'400ull));
+    QCOMPARE(buildModuleTree(Checkpoint::open(d), DType::F32).root().bytes, uint64_t(4 * 1'235'814'400ull + 256));
+    // Accelerate called with dtype=float32 on the bf16 model caps every floating
+    // tensor at min(4, own): parameters stay 2 bytes, the float32 buffers 4.
+    QCOMPARE(buildModuleTree(Checkpoint::open(d), DType::F32, Reference::Accelerate).root().bytes,
+             uint64_t(2 * 1'235'814'400ull + 256));
+    // ... and with dtype=bfloat16 the buffers drop to 2 bytes: 2 x 32 x 2 = 128.
+    QCOMPARE(buildModuleTree(Checkpoint::open(d), DType::BF16, Reference::Accelerate).root().bytes,
+             uint64_t(2 * 1'235'814'400ull + 128));
 }
 void TestModuleTree::indexOnlyLlama70b()
 {
@@ -240,6 +254,33 @@ void TestModuleTree::qwenVariants()
     }
 }
 
+void TestModuleTree::defaultDTypeAsTransformers()
+{
+    // No dtype asked for (transformers' dtype="auto"): config.json's `dtype`, then
+    // `torch_dtype`; without either, the first floating tensor of the first
+    // weights file, whatever holds most bytes (here float32: 40,000 of 40,016).
+    auto d = dir("autodtype");
+    fixtures::writeSafetensorsFile(d + "/model.safetensors",
+                                   {{"step", DType::I64, {1}},
+                                    {"x.a.weight", DType::F16, {2, 2}},
+                                    {"x.b.weight", DType::F32, {100, 100}}},
+                                   false);
+    fixtures::writeJson(d + "/config.json", {{"model_type", "mamba"}});
+    QCOMPARE(checkpointDType(Checkpoint::open(d)), DType::F16);
+    QCOMPARE(*buildModuleTree(Checkpoint::open(d), std::nullopt).dtype(), DType::F16);
+    fixtures::writeJson(d + "/config.json", {{"model_type", "mamba"}, {"torch_dtype", "float32"}});
+    QCOMPARE(checkpointDType(Checkpoint::open(d)), DType::F32);
+    fixtures::writeJson(d + "/config.json",
+                        {{"model_type", "mamba"}, {"torch_dtype", "float32"}, {"dtype", "bfloat16"}});
+    QCOMPARE(checkpointDType(Checkpoint::open(d)), DType::BF16);
+    // Only integer tensors: transformers would fail to build the model under an
+    // integer dtype; planning falls back to float32.
+    auto ints = dir("intsonly");
+    fixtures::writeSafetensorsFile(ints + "/model.safetensors", {{"a.idx", DType::I32, {4}}, {"b.idx", DType::I64, {4}}},
+                                   false);
+    fixtures::writeJson(ints + "/config.json", {{"model_type", "mamba"}});
+    QCOMPARE(checkpointDType(Checkpoint::open(ints)), DType::F32);
+}
 void TestModuleTree::impossibleConfigValues_data()
 {
     QTest::addColumn<QString>("key");

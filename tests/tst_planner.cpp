@@ -63,10 +63,11 @@ void modelForTest(ModuleTree& t, int parent)
 }
 
 Plan plan(const ModuleTree& t, Budgets b, Strategy s = Strategy::Sequential,
-          std::optional<std::vector<std::string>> noSplit = std::nullopt)
+          std::optional<std::vector<std::string>> noSplit = std::nullopt, Reference r = Reference::Transformers)
 {
     PlanOptions o;
     o.strategy = s;
+    o.reference = r;
     o.maxMemory = std::move(b);
     o.noSplit = std::move(noSplit);
     return planDeviceMap(t, o);
@@ -96,7 +97,27 @@ private slots:
     void validation();
     void kvCacheReservesRoom();
     void propertiesOverRandomBudgets();
+    void rotaryBuffersChangeTheMap();
+    void tiedHeadChangesBalancedBudget();
+    void meanLeafDefinitions();
+    void rootBuffersAreQueuedLast();
+    void partialBudgetsAreTakenAsGiven();
 };
+
+namespace {
+
+ModuleTree tinyLlama(const std::string& d, bool tied, std::optional<DType> dtype, Reference r)
+{
+    fs::create_directories(d);
+    fixtures::LlamaShape s{1000, 64, 128, 4, 4, 4, tied};
+    if (!fs::exists(d + "/config.json")) {
+        fixtures::writeSharded(d, fixtures::llamaTensors(s, DType::F32), 1, false, false);
+        fixtures::writeJson(d + "/config.json", fixtures::llamaConfig(s, DType::F32));
+    }
+    return buildModuleTree(Checkpoint::open(d), dtype, r);
+}
+
+} // namespace
 
 void TestPlanner::seedDistilgpt2_data()
 {
@@ -117,11 +138,15 @@ void TestPlanner::seedDistilgpt2()
     QFETCH(double, gpu);
     QFETCH(QString, expected);
     ModuleTree t = distilgpt2(path("distil"));
-    for (Strategy s : {Strategy::Auto, Strategy::Balanced, Strategy::Sequential}) {
-        Plan p = plan(t, budgets({{"0", gpu}, {"cpu", 10e9}}), s);
-        QCOMPARE(QString::fromStdString(mapText(p.deviceMap)), expected);
-        QCOMPARE(p.entries.size(), p.deviceMap.size());
-    }
+    // Same under both references: GPT-2 has no buffers, no module holds tensors
+    // beside child modules, and the float32 checkpoint capped at float16 is float16.
+    for (Reference r : {Reference::Transformers, Reference::Accelerate})
+        for (Strategy s : {Strategy::Auto, Strategy::Balanced, Strategy::Sequential}) {
+            Plan p = plan(t, budgets({{"0", gpu}, {"cpu", 10e9}}), s, std::nullopt, r);
+            QCOMPARE(QString::fromStdString(mapText(p.deviceMap)), expected);
+            QCOMPARE(p.entries.size(), p.deviceMap.size());
+            QCOMPARE(p.reference, r);
+        }
 }
 
 void TestPlanner::balancedTwoGpus()
@@ -227,7 +252,8 @@ void TestPlanner::balancedMemoryVectors()
 
 void TestPlanner::llamaSplitsAtLayers()
 {
-    // Tiny untied Llama, fp32: embed 256,000, each layer 164,352, norm 256, lm_head 256,000.
+    // Tiny untied Llama, fp32: embed 256,000, each layer 164,352, norm 256, lm_head 256,000,
+    // rotary_emb 64 (inv_freq + original_inv_freq: head_dim 64 / 4 = 16, so 8 float32 each).
     // GPU 0 keeps 256,000 (embed/lm_head tie for largest) free of 600,000: embed fits,
     // layers.0 (420,352 > 344,000) does not and is no-split, so the rest goes to cpu,
     // where layers merges and moves to the end.
@@ -237,7 +263,7 @@ void TestPlanner::llamaSplitsAtLayers()
     fixtures::writeSharded(d, fixtures::llamaTensors(s, DType::F32), 1, false, false);
     fixtures::writeJson(d + "/config.json", fixtures::llamaConfig(s, DType::F32));
     ModuleTree t = buildModuleTree(Checkpoint::open(d), std::nullopt);
-    QCOMPARE(t.root().bytes, uint64_t(1'169'664));
+    QCOMPARE(t.root().bytes, uint64_t(1'169'664 + 64));
     QCOMPARE(QString::fromStdString(mapText(plan(t, budgets({{"0", 600000}, {"cpu", 1e9}})).deviceMap)),
              QString("model.embed_tokens:0, model.norm:cpu, model.rotary_emb:cpu, lm_head:cpu, model.layers:cpu"));
     // With GPU 1 as well (sequential): GPU 1 is not a main device and takes layers
@@ -258,9 +284,17 @@ void TestPlanner::oneGpuNoBudgetUses90Percent()
     o.machineMemory = budgets({{"0", 200e6}, {"cpu", 8e9}});
     Plan p = planDeviceMap(t, o);
     QCOMPARE(p.budgets[0].bytes, 180e6);
-    QCOMPARE(p.budgets[1].bytes, 8e9);
-    o.strategy = Strategy::Sequential; // no 90% rule there
+    // transformers' get_max_memory keeps 10% of the RAM: 0.9 x 8e9
+    QCOMPARE(p.budgets[1].bytes, 7.2e9);
+    o.strategy = Strategy::Sequential; // no 90% rule for the GPU there; the RAM cut stays
     QCOMPARE(planDeviceMap(t, o).budgets[0].bytes, 200e6);
+    QCOMPARE(planDeviceMap(t, o).budgets[1].bytes, 7.2e9);
+    // Accelerate's own get_max_memory hands over all the available RAM.
+    o.reference = Reference::Accelerate;
+    QCOMPARE(planDeviceMap(t, o).budgets[1].bytes, 8e9);
+    o.strategy = Strategy::Auto;
+    QCOMPARE(planDeviceMap(t, o).budgets[0].bytes, 180e6);
+    QCOMPARE(planDeviceMap(t, o).budgets[1].bytes, 8e9);
 }
 
 void TestPlanner::cleanDeviceMapVectors()
@@ -374,46 +408,189 @@ void TestPlanner::propertiesOverRandomBudgets()
     fixtures::LlamaShape s{1000, 64, 128, 6, 4, 2, true};
     fixtures::writeSharded(d, fixtures::llamaTensors(s, DType::F32), 1, false, false);
     fixtures::writeJson(d + "/config.json", fixtures::llamaConfig(s, DType::F32));
-    std::vector<ModuleTree> trees{buildModuleTree(Checkpoint::open(d), std::nullopt), distilgpt2(path("distil"))};
-    std::mt19937 rng(7);
-    for (int iter = 0; iter < 400; ++iter) {
-        const ModuleTree& t = trees[size_t(iter) % trees.size()];
-        const double total = double(t.root().bytes);
-        std::uniform_real_distribution<double> frac(0.0, 0.8);
-        Budgets b;
-        int gpus = int(rng() % 4);
-        for (int g = 0; g < gpus; ++g)
-            b.push_back({Device::gpu(g), std::floor(frac(rng) * total)});
-        if (rng() % 4)
-            b.push_back({Device::cpu(), std::floor(frac(rng) * total)});
-        Strategy st = Strategy(rng() % 4);
-        Plan p = plan(t, b, st);
-        const std::string ctx = mapText(p.deviceMap);
-        // every tensor covered exactly once: no key lies under another
-        QVERIFY2(validateDeviceMap(t, p.deviceMap).errors.empty(), ctx.c_str());
-        for (const auto& [k1, d1] : p.deviceMap)
-            for (const auto& [k2, d2] : p.deviceMap)
-                if (k1 != k2)
-                    QVERIFY2(!(k1.empty() || k2.rfind(k1 + ".", 0) == 0), ctx.c_str());
-        // no device over its budget
-        for (const auto& dt : p.devices)
-            if (dt.device.kind != Device::Disk)
-                QVERIFY2(double(dt.used) <= dt.budget, ctx.c_str());
-        // devices fill in order along the model (tied duplicates aside)
-        int last = -1;
-        Budgets order = p.budgets;
-        order.push_back({Device::disk(), 0});
-        for (const auto& prm : t.params()) {
-            if (prm.duplicate || t.paramBytes(prm) == 0)
-                continue;
-            Device dev = *deviceFor(p.deviceMap, prm.name);
-            int pos = int(std::find_if(order.begin(), order.end(), [&](const DeviceBudget& x) { return x.device == dev; }) -
-                          order.begin());
-            QVERIFY2(pos >= last, (ctx + " at " + prm.name).c_str());
-            last = pos;
+    std::vector<ModuleTree> trees{buildModuleTree(Checkpoint::open(d), std::nullopt), distilgpt2(path("distil")),
+                                  buildModuleTree(Checkpoint::open(d), DType::F16)};
+    for (Reference ref : {Reference::Transformers, Reference::Accelerate}) {
+        std::mt19937 rng(7);
+        for (int iter = 0; iter < 400; ++iter) {
+            const ModuleTree& t = trees[size_t(iter) % trees.size()];
+            const double total = double(t.root().bytes);
+            std::uniform_real_distribution<double> frac(0.0, 0.8);
+            Budgets b;
+            int gpus = int(rng() % 4);
+            for (int g = 0; g < gpus; ++g)
+                b.push_back({Device::gpu(g), std::floor(frac(rng) * total)});
+            if (rng() % 4)
+                b.push_back({Device::cpu(), std::floor(frac(rng) * total)});
+            Strategy st = Strategy(rng() % 4);
+            Plan p = plan(t, b, st, std::nullopt, ref);
+            const std::string ctx = mapText(p.deviceMap);
+            // every tensor covered exactly once: no key lies under another
+            QVERIFY2(validateDeviceMap(t, p.deviceMap).errors.empty(), ctx.c_str());
+            for (const auto& [k1, d1] : p.deviceMap)
+                for (const auto& [k2, d2] : p.deviceMap)
+                    if (k1 != k2)
+                        QVERIFY2(!(k1.empty() || k2.rfind(k1 + ".", 0) == 0), ctx.c_str());
+            // every buffer covered too
+            for (const auto& buf : t.buffers())
+                QVERIFY2(deviceFor(p.deviceMap, buf.name).has_value(), (ctx + " at " + buf.name).c_str());
+            // no device over its budget
+            for (const auto& dt : p.devices)
+                if (dt.device.kind != Device::Disk)
+                    QVERIFY2(double(dt.used) <= dt.budget, ctx.c_str());
+            // devices fill in order along the model (tied duplicates aside)
+            int last = -1;
+            Budgets order = p.budgets;
+            order.push_back({Device::disk(), 0});
+            for (const auto& prm : t.params()) {
+                if (prm.duplicate || t.paramBytes(prm) == 0)
+                    continue;
+                Device dev = *deviceFor(p.deviceMap, prm.name);
+                int pos = int(std::find_if(order.begin(), order.end(), [&](const DeviceBudget& x) { return x.device == dev; }) -
+                              order.begin());
+                QVERIFY2(pos >= last, (ctx + " at " + prm.name).c_str());
+                last = pos;
+            }
+            // export -> import is the identity
+            QCOMPARE(deviceMapToJson(deviceMapFromJson(deviceMapToJson(p.deviceMap), "x")), deviceMapToJson(p.deviceMap));
         }
-        // export -> import is the identity
-        QCOMPARE(deviceMapToJson(deviceMapFromJson(deviceMapToJson(p.deviceMap), "x")), deviceMapToJson(p.deviceMap));
+    }
+}
+
+void TestPlanner::rotaryBuffersChangeTheMap()
+{
+    // Tiny untied Llama planned in float32 (see llamaSplitsAtLayers): model 913,728
+    // (embed 256,000 + layers 657,408 + norm 256 + rotary_emb 64), lm_head 256,000,
+    // total 1,169,728. Sequential, GPU 0 = 1,169,700 keeps 256,000 (embed/lm_head)
+    // free: model (913,728 > 913,700) is split; embed, layers and norm fit
+    // (913,664 <= 913,700); rotary_emb's 64 bytes make 913,728 > 913,700, it has no
+    // children, so it and everything after go to cpu. Without the buffers (the old
+    // rule) model would fit (913,664) and so would lm_head (1,169,664): {'': 0}.
+    ModuleTree t = tinyLlama(path("tiny-untied"), false, DType::F32, Reference::Transformers);
+    QCOMPARE(t.root().bytes, uint64_t(1'169'728));
+    QCOMPARE(QString::fromStdString(mapText(plan(t, budgets({{"0", 1'169'700}, {"cpu", 1e9}})).deviceMap)),
+             QString("model.embed_tokens:0, model.layers:0, model.norm:0, model.rotary_emb:cpu, lm_head:cpu"));
+    // 1,169,728: model fits (913,728 <= 913,728); lm_head is the last layer, so
+    // nothing is kept free for it: 913,728 + 256,000 <= 1,169,728.
+    QCOMPARE(QString::fromStdString(mapText(plan(t, budgets({{"0", 1'169'728}, {"cpu", 1e9}})).deviceMap)),
+             QString("'':0"));
+
+    // float16 from the float32 checkpoint: parameters 2 bytes under both references
+    // (embed 128,000, layer 82,176, norm 128, lm_head 128,000); the float32 buffers
+    // stay 4 bytes for transformers (rotary_emb 2 x 8 x 4 = 64) but Accelerate caps
+    // them at min(2, 4): 2 x 8 x 2 = 32.
+    // transformers: model 128,000 + 4 x 82,176 + 128 + 64 = 456,896, total 584,896
+    // accelerate:   model 456,864, total 584,864
+    ModuleTree tf = tinyLlama(path("tiny-untied"), false, DType::F16, Reference::Transformers);
+    ModuleTree acc = tinyLlama(path("tiny-untied"), false, DType::F16, Reference::Accelerate);
+    QCOMPARE(tf.root().bytes, uint64_t(584'896));
+    QCOMPARE(acc.root().bytes, uint64_t(584'864));
+    // GPU 0 = 584,880 keeps 128,000 free: 456,880 usable.
+    // transformers: model 456,896 > 456,880, split; embed + layers + norm = 456,832
+    //   fit, rotary_emb makes 456,896 and moves on with lm_head.
+    // accelerate: model 456,864 fits; lm_head then needs no reserve: 584,864 <= 584,880.
+    const Budgets b = budgets({{"0", 584'880}, {"cpu", 1e9}});
+    QCOMPARE(QString::fromStdString(mapText(plan(tf, b).deviceMap)),
+             QString("model.embed_tokens:0, model.layers:0, model.norm:0, model.rotary_emb:cpu, lm_head:cpu"));
+    QCOMPARE(QString::fromStdString(mapText(plan(acc, b, Strategy::Sequential, std::nullopt, Reference::Accelerate).deviceMap)),
+             QString("'':0"));
+    // A tree built for one reference is resized for the other on a copy.
+    QCOMPARE(QString::fromStdString(mapText(plan(tf, b, Strategy::Sequential, std::nullopt, Reference::Accelerate).deviceMap)),
+             QString("'':0"));
+    QCOMPARE(tf.root().bytes, uint64_t(584'896));
+}
+
+void TestPlanner::tiedHeadChangesBalancedBudget()
+{
+    // Tiny Llama in float32 over two GPUs, strategy balanced (transformers):
+    // per_gpu = total // 2 + int(1.25 x max(first LlamaDecoderLayer, mean leaf)).
+    // Leaves are the modules holding tensors themselves: embed_tokens, 9 per layer
+    // (q, k, v, o 16,384 each; gate, up, down 32,768 each; two norms 256 each),
+    // norm, rotary_emb, and lm_head unless it is tied.
+    // untied: total 1,169,728, 40 leaves: 1,169,728 // 2 + int(1.25 x 164,352) = 584,864 + 205,440 = 790,304
+    // tied:   lm_head.weight is a tied key, skipped: total 913,728, 39 leaves:
+    //         456,864 + 205,440 = 662,304
+    ModuleTree untied = tinyLlama(path("tiny-untied"), false, DType::F32, Reference::Transformers);
+    ModuleTree tied = tinyLlama(path("tiny-tied"), true, DType::F32, Reference::Transformers);
+    QCOMPARE(tied.root().bytes, uint64_t(913'728));
+    const Budgets b = budgets({{"0", 1e6}, {"1", 1e6}, {"cpu", 1e9}});
+    for (Reference r : {Reference::Transformers, Reference::Accelerate}) {
+        // (every leaf here is also a deepest module, so Accelerate agrees)
+        QCOMPARE(plan(untied, b, Strategy::Balanced, std::nullopt, r).budgets[0].bytes, 790'304.0);
+        QCOMPARE(plan(tied, b, Strategy::Balanced, std::nullopt, r).budgets[0].bytes, 662'304.0);
+        // No no-split class at all (an empty set is allowed): the mean leaf decides.
+        // untied: int(1,169,728 / 40) = 29,243; int(1.25 x 29,243) = 36,553; 584,864 + 36,553 = 621,417
+        // tied:   int(913,728 / 39) = 23,428;   int(1.25 x 23,428) = 29,285; 456,864 + 29,285 = 486,149
+        QCOMPARE(plan(untied, b, Strategy::Balanced, std::vector<std::string>{}, r).budgets[0].bytes, 621'417.0);
+        QCOMPARE(plan(tied, b, Strategy::Balanced, std::vector<std::string>{}, r).budgets[0].bytes, 486'149.0);
+        QCOMPARE(plan(tied, b, Strategy::Balanced, std::nullopt, r).budgets[1].bytes, 1e6); // the last keeps its own
+    }
+}
+
+void TestPlanner::meanLeafDefinitions()
+{
+    // block (Block) holds `scale` [100] itself and a child lin (Linear [10, 10] + [10]);
+    // head (Linear) holds [50]; float32: block 400 + 440, head 200, total 1,040.
+    ModuleTree t;
+    t.addModule(-1, "", "Net");
+    int block = t.addModule(0, "block", "Block");
+    t.addParam(block, "scale", {100}, DType::F32);
+    int lin = t.addModule(block, "lin", "Linear");
+    t.addParam(lin, "weight", {10, 10}, DType::F32);
+    t.addParam(lin, "bias", {10}, DType::F32);
+    int head = t.addModule(0, "head", "Linear");
+    t.addParam(head, "weight", {50}, DType::F32);
+    t.finish(std::nullopt);
+    QCOMPARE(t.root().bytes, uint64_t(1'040));
+    const Budgets b = budgets({{"0", 2000}, {"1", 2000}});
+    // transformers: leaves block (its own 400), block.lin (440), head (200):
+    //   int(1,040 / 3) = 346; 1,040 // 2 + int(1.25 x 346) = 520 + 432 = 952
+    QCOMPARE(plan(t, b, Strategy::Balanced).budgets[0].bytes, 952.0);
+    // accelerate: deepest modules only, block.lin (440) and head (200):
+    //   int(640 / 2) = 320; 520 + int(1.25 x 320) = 520 + 400 = 920
+    QCOMPARE(plan(t, b, Strategy::Balanced, std::nullopt, Reference::Accelerate).budgets[0].bytes, 920.0);
+}
+
+void TestPlanner::rootBuffersAreQueuedLast()
+{
+    // Net holds `scale` [10] (40 bytes) and a buffer `mask` [5] (20 bytes) itself,
+    // then children a and b ([25] each, 100 bytes). The queue is the root's
+    // parameters, its children, then its own buffers: scale, a, b, mask.
+    // GPU 0 = 250 keeps the largest layer (100: a, b) free: scale 40 <= 150,
+    // a 140 <= 150; for b nothing is left to place after it (mask is a tensor, not
+    // a layer), so 240 <= 250; mask makes 260 > 250 and goes to cpu.
+    ModuleTree t;
+    t.addModule(-1, "", "Net");
+    t.addParam(0, "scale", {10}, DType::F32);
+    t.addBuffer(0, "mask", {5}, DType::F32, false);
+    t.addParam(t.addModule(0, "a", "Linear"), "weight", {25}, DType::F32);
+    t.addParam(t.addModule(0, "b", "Linear"), "weight", {25}, DType::F32);
+    t.finish(std::nullopt);
+    QCOMPARE(t.root().bytes, uint64_t(260));
+    for (Reference r : {Reference::Transformers, Reference::Accelerate})
+        QCOMPARE(QString::fromStdString(
+                     mapText(plan(t, budgets({{"0", 250}, {"cpu", 1000}}), Strategy::Sequential, std::nullopt, r).deviceMap)),
+                 QString("scale:0, a:0, b:0, mask:cpu"));
+    // In float16 the float32 buffer keeps 4 bytes for transformers (20) and is
+    // capped to 2 for Accelerate (10): 20 + 50 + 50 + 20 = 140 against 130.
+    t.setSizing(DType::F16, Reference::Transformers);
+    QCOMPARE(t.root().bytes, uint64_t(140));
+    t.setSizing(DType::F16, Reference::Accelerate);
+    QCOMPARE(t.root().bytes, uint64_t(130));
+}
+
+void TestPlanner::partialBudgetsAreTakenAsGiven()
+{
+    // A max_memory naming only GPU 0 is used as is (no 90% cuts, no detected
+    // RAM): the devices it omits do not exist, so what GPU 0 cannot hold goes
+    // to disk. One GPU: the balanced budget leaves the last (only) GPU alone.
+    ModuleTree t = tinyLlama(path("tiny-untied"), false, DType::F32, Reference::Transformers);
+    for (Reference r : {Reference::Transformers, Reference::Accelerate}) {
+        Plan p = plan(t, budgets({{"0", 600'000}}), Strategy::Auto, std::nullopt, r);
+        QCOMPARE(p.budgets.size(), size_t(1));
+        QCOMPARE(p.budgets[0].bytes, 600'000.0);
+        QCOMPARE(QString::fromStdString(mapText(p.deviceMap)),
+                 QString("model.embed_tokens:0, model.norm:disk, model.rotary_emb:disk, lm_head:disk, model.layers:disk"));
     }
 }
 

@@ -1,6 +1,7 @@
 #include "args.h"
 #include "commands.h"
 #include "format.h"
+#include "planoptions.h"
 
 #include "stowage/checkpoint.h"
 #include "stowage/error.h"
@@ -15,9 +16,9 @@ namespace stowage::cli {
 
 int inspectCommand(const std::vector<std::string>& argv)
 {
-    Args a(argv, {"--dtype"}, {"--json"});
+    Args a(argv, {"--dtype", "--reference"}, {"--json"});
     Checkpoint ck = Checkpoint::open(checkpointPath(a));
-    ModuleTree tree = buildModuleTree(ck, parseDTypeOption(a));
+    ModuleTree tree = buildModuleTree(ck, parseDTypeOption(a), parseReferenceOption(a));
     for (const auto& w : ck.warnings())
         std::fprintf(stderr, "stowage-cli: warning: %s\n", w.c_str());
 
@@ -31,6 +32,12 @@ int inspectCommand(const std::vector<std::string>& argv)
             mods.push_back({{"name", m.name}, {"class", m.className}, {"bytes", m.bytes}, {"params", m.paramCount}});
         j["tied"] = tree.tiedGroups();
         j["no_split"] = tree.noSplitClasses();
+        // After the contract's keys (DESIGN.md): which rules sized it, and the buffers counted.
+        j["reference"] = referenceName(tree.reference());
+        auto& bufs = j["buffers"] = nlohmann::ordered_json::array();
+        for (const auto& b : tree.buffers())
+            bufs.push_back({{"name", b.name}, {"dtype", dtypeTorchName(b.dtype)}, {"bytes", tree.bufferBytes(b)},
+                            {"persistent", b.persistent}});
         j["index_only"] = ck.indexOnly();
         j["missing"] = tree.missing();
         j["unexpected"] = tree.unexpected();
@@ -39,9 +46,9 @@ int inspectCommand(const std::vector<std::string>& argv)
     }
 
     const uint64_t total = tree.root().bytes;
-    std::printf("%s  %s  %s  (%s parameters)%s\n", ck.weightsPath().c_str(),
+    std::printf("%s  %s  %s  (%s parameters, %s sizes)%s\n", ck.weightsPath().c_str(),
                 tree.modelType().empty() ? "unknown model_type" : tree.modelType().c_str(),
-                dtypeTorchName(*tree.dtype()), grouped(tree.root().paramCount).c_str(),
+                dtypeTorchName(*tree.dtype()), grouped(tree.root().paramCount).c_str(), referenceName(tree.reference()),
                 ck.indexOnly() ? "  [index only: shapes from config.json]" : "");
     std::printf("total %s (%s bytes)\n\n", humanBytes(total).c_str(), grouped(total).c_str());
     std::printf("%-56s %-28s %12s %7s\n", "module", "class", "size", "share");

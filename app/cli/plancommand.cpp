@@ -69,7 +69,7 @@ int planCommand(const std::vector<std::string>& argv)
     flags.insert({"--json", "--explain"});
     Args a(argv, valued, flags);
     Checkpoint ck = Checkpoint::open(checkpointPath(a));
-    ModuleTree tree = buildModuleTree(ck, parseDTypeOption(a));
+    ModuleTree tree = buildModuleTree(ck, parseDTypeOption(a), parseReferenceOption(a));
 
     PlanOptions o = planOptionsFromArgs(a, ck, tree);
     // Measured (or loaded) once, only when a report or an explanation needs it.
@@ -87,8 +87,12 @@ int planCommand(const std::vector<std::string>& argv)
         // Check the user's map instead of computing one.
         plan.deviceMap = loadDeviceMap(*mapFile, tree, &warnings);
         std::map<Device, uint64_t> used;
+        plan.reference = o.reference;
         for (const auto& p : tree.params())
             used[*deviceFor(plan.deviceMap, p.name)] += tree.paramBytes(p);
+        for (const auto& b : tree.buffers())
+            if (auto d = deviceFor(plan.deviceMap, b.name))
+                used[*d] += tree.bufferBytes(b);
         for (const auto& [k, d] : plan.deviceMap)
             plan.entries.push_back({k, d, 0, "given in " + *mapFile});
         for (const auto& [d, u] : used)
@@ -107,6 +111,7 @@ int planCommand(const std::vector<std::string>& argv)
         r["checkpoint"] = ck.weightsPath();
         r["dtype"] = dtypeTorchName(*tree.dtype());
         r["strategy"] = strategyName(o.strategy);
+        r["reference"] = referenceName(o.reference);
         r["device_map"] = nlohmann::ordered_json::parse(mapJson);
         auto& es = r["entries"] = nlohmann::ordered_json::array();
         for (const auto& e : plan.entries)
@@ -135,8 +140,8 @@ int planCommand(const std::vector<std::string>& argv)
         return 0;
     }
 
-    std::printf("device map (%s, %s) for %s\n", strategyName(o.strategy), dtypeTorchName(*tree.dtype()),
-                ck.weightsPath().c_str());
+    std::printf("device map (%s, %s, %s reference) for %s\n", strategyName(o.strategy), dtypeTorchName(*tree.dtype()),
+                referenceName(o.reference), ck.weightsPath().c_str());
     for (const auto& e : plan.entries) {
         std::printf("  %-48s %-5s %12s\n", e.module.empty() ? "(whole model)" : e.module.c_str(), e.device.name().c_str(),
                     e.bytes ? humanBytes(e.bytes).c_str() : "");
@@ -150,6 +155,9 @@ int planCommand(const std::vector<std::string>& argv)
                     humanBytes(d.reserved).c_str());
     if (!a.flag("--explain"))
         return 0;
+    std::printf("reference: %s\n", o.reference == Reference::Transformers
+                                       ? "transformers 5.6 from_pretrained(device_map=...) with Accelerate 1.13"
+                                       : "Accelerate 1.13 get_balanced_memory + infer_auto_device_map with dtype");
     for (const auto& n : plan.notes)
         std::printf("note: %s\n", n.c_str());
     // Predicted decode speed on the hardware (--hardware, else this machine).

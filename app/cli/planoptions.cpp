@@ -79,7 +79,21 @@ HardwareProfile loadHardware(const std::string& spec)
     return hardwarePreset(spec);
 }
 
-std::set<std::string> planValuedOptions() { return {"--max-memory", "--strategy", "--dtype", "--no-split", "--kv-cache"}; }
+std::set<std::string> planValuedOptions()
+{
+    return {"--max-memory", "--strategy", "--dtype", "--reference", "--no-split", "--kv-cache"};
+}
+
+Reference parseReferenceOption(const Args& a)
+{
+    auto v = a.value("--reference");
+    if (!v)
+        return Reference::Transformers;
+    auto r = referenceFromName(*v);
+    if (!r)
+        throw InputError("--reference " + *v, "expected transformers or accelerate");
+    return *r;
+}
 std::set<std::string> planFlagOptions() { return {"--offload-buffers"}; }
 
 PlanOptions planOptionsFromArgs(const Args& a, const Checkpoint& ck, const ModuleTree& tree)
@@ -91,6 +105,7 @@ PlanOptions planOptionsFromArgs(const Args& a, const Checkpoint& ck, const Modul
             throw InputError("--strategy " + *s, "expected auto, balanced, balanced_low_0 or sequential");
         o.strategy = *st;
     }
+    o.reference = parseReferenceOption(a);
     Budgets given = parseMaxMemory(a);
     if (!given.empty())
         o.maxMemory = given;

@@ -1,5 +1,5 @@
 #pragma once
-// Options shared by `plan` and `run`: budgets, strategy, no-split, KV cache.
+// Options shared by `plan` and `run`: budgets, strategy, reference, no-split, KV cache.
 #include "args.h"
 
 #include "stowage/checkpoint.h"
@@ -14,6 +14,8 @@ namespace stowage::cli {
 
 std::set<std::string> planValuedOptions();
 std::set<std::string> planFlagOptions();
+// --reference transformers|accelerate (default transformers); `inspect` takes it too.
+Reference parseReferenceOption(const Args& args);
 // Without --max-memory, the budgets are what this machine has free (as Accelerate's get_max_memory).
 PlanOptions planOptionsFromArgs(const Args& args, const Checkpoint& ck, const ModuleTree& tree);
 // A user's device-map JSON, validated against the tree (the first error is thrown as InputError).

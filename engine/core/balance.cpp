@@ -32,29 +32,43 @@ Budgets balancedMemory(const ModuleTree& tree, const Sizes& sizes, Budgets mm, b
     uint64_t perGpu = total / (lowZero ? n - 1 : n);
 
     // Largest no-split block: the FIRST instance of each class in
-    // compute_module_sizes order (pre-order over modules holding tensors).
+    // compute_module_sizes order. Its keys come from named_parameters() then
+    // named_buffers(), so modules with a parameter below come first (pre-order),
+    // then modules holding only buffers.
     uint64_t buffer = 0;
     std::vector<std::string> found;
     const auto& mods = tree.modules();
     if (!sizes.noSplit().empty())
-        for (size_t i = 1; i < mods.size() && found.size() < sizes.noSplit().size(); ++i) {
-            if (!sizes.listed(int(i)) || !sizes.isNoSplit(int(i)))
-                continue;
-            if (std::find(found.begin(), found.end(), mods[i].className) != found.end())
-                continue;
-            found.push_back(mods[i].className);
-            buffer = std::max(buffer, sizes.module(int(i)));
-        }
-    // Mean size of the leaf modules: modules holding tensors none of whose
-    // child modules hold any.
+        for (int pass = 0; pass < 2; ++pass)
+            for (size_t i = 1; i < mods.size() && found.size() < sizes.noSplit().size(); ++i) {
+                if (!sizes.listed(int(i)) || sizes.listedByParam(int(i)) != (pass == 0) || !sizes.isNoSplit(int(i)))
+                    continue;
+                if (std::find(found.begin(), found.end(), mods[i].className) != found.end())
+                    continue;
+                found.push_back(mods[i].className);
+                buffer = std::max(buffer, sizes.module(int(i)));
+            }
     uint64_t leafSum = 0, leaves = 0;
-    for (size_t i = 1; i < mods.size(); ++i) {
-        if (!sizes.listed(int(i)))
-            continue;
-        bool leaf = std::none_of(mods[i].children.begin(), mods[i].children.end(), [&](int c) { return sizes.listed(c); });
-        if (leaf) {
-            leafSum += sizes.module(int(i));
-            ++leaves;
+    if (tree.reference() == Reference::Transformers) {
+        // transformers' leaves: every module (not the root) that holds a
+        // non-tied tensor itself, sized by those tensors alone.
+        for (size_t i = 1; i < mods.size(); ++i)
+            if (sizes.holdsTensor(int(i))) {
+                leafSum += sizes.direct(int(i));
+                ++leaves;
+            }
+    } else {
+        // Accelerate's get_module_leaves twice: the deepest modules holding
+        // tensors (none of their child modules holds any), at full size.
+        for (size_t i = 1; i < mods.size(); ++i) {
+            if (!sizes.listed(int(i)))
+                continue;
+            bool leaf = std::none_of(mods[i].children.begin(), mods[i].children.end(),
+                                     [&](int c) { return sizes.listed(c); });
+            if (leaf) {
+                leafSum += sizes.module(int(i));
+                ++leaves;
+            }
         }
     }
     const auto mean = static_cast<uint64_t>(std::trunc(double(leafSum) / double(std::max<uint64_t>(leaves, 1))));
@@ -77,7 +91,9 @@ Budgets balancedMemory(const ModuleTree& tree, const Sizes& sizes, Budgets mm, b
     if (n > 1)
         notes->push_back("balanced over " + std::to_string(n) + " GPUs: " + grouped(total) + " bytes / " +
                      std::to_string(lowZero ? n - 1 : n) + " + " + grouped(buffer) +
-                     " buffer (1.25 x the largest of the first no-split block and the mean leaf) = " + grouped(perGpu) +
+                     " buffer (1.25 x the largest of the first no-split block and the mean " +
+                     (tree.reference() == Reference::Transformers ? "tensor-holding module" : "deepest module") +
+                     ") = " + grouped(perGpu) +
                      " per GPU but the last");
     return mm;
 }

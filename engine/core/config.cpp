@@ -20,7 +20,8 @@ ModelConfig ModelConfig::parse(const std::string& text, const std::string& path)
         for (const auto& s : *a)
             if (s.is_string())
                 c.m_architectures.push_back(s.get<std::string>());
-    for (const char* key : {"torch_dtype", "dtype"}) {
+    // transformers 5 keeps `dtype` when both are present (PreTrainedConfig.__post_init__).
+    for (const char* key : {"dtype", "torch_dtype"}) {
         auto it = c.m_raw.find(key);
         if (it != c.m_raw.end() && it->is_string())
             if (auto d = dtypeFromTorchName(it->get<std::string>())) {

@@ -5,13 +5,35 @@
 
 namespace stowage {
 
-uint64_t Param::numel() const
+namespace {
+
+uint64_t product(const std::vector<int64_t>& shape)
 {
     uint64_t n = 1;
     for (int64_t d : shape)
         n *= static_cast<uint64_t>(d);
     return n;
 }
+
+} // namespace
+
+const char* referenceName(Reference r)
+{
+    return r == Reference::Accelerate ? "accelerate" : "transformers";
+}
+
+std::optional<Reference> referenceFromName(const std::string& name)
+{
+    if (name == "transformers")
+        return Reference::Transformers;
+    if (name == "accelerate")
+        return Reference::Accelerate;
+    return std::nullopt;
+}
+
+uint64_t Param::numel() const { return product(shape); }
+
+uint64_t Buffer::numel() const { return product(shape); }
 
 ModuleTree::ModuleTree()
 {
@@ -66,6 +88,21 @@ int ModuleTree::addParam(int module, const std::string& localName, std::vector<i
     return idx;
 }
 
+int ModuleTree::addBuffer(int module, const std::string& localName, std::vector<int64_t> shape, DType dtype,
+                          bool persistent)
+{
+    Buffer b;
+    const std::string& mn = m_modules[static_cast<size_t>(module)].name;
+    b.name = mn.empty() ? localName : mn + "." + localName;
+    b.shape = std::move(shape);
+    b.dtype = dtype;
+    b.persistent = persistent;
+    int idx = static_cast<int>(m_buffers.size());
+    m_modules[static_cast<size_t>(module)].buffers.push_back(idx);
+    m_buffers.push_back(std::move(b));
+    return idx;
+}
+
 void ModuleTree::tie(const std::string& duplicate, const std::string& original)
 {
     int d = findParam(duplicate);
@@ -82,13 +119,23 @@ uint64_t ModuleTree::paramBytes(const Param& p) const
 {
     if (p.duplicate)
         return 0;
-    // transformers builds the meta model in the target dtype, so a floating
-    // parameter's "own" dtype there is the target itself.
+    if (m_reference == Reference::Accelerate) // model built as stored; numel x min(dtype, own)
+        return bytesUnderDType(p.stored, p.numel(), m_dtype);
+    // transformers builds the meta model under the target dtype, so every
+    // floating parameter has the target's element size; no cap.
     DType own = (m_dtype && dtypeIsFloating(p.stored)) ? *m_dtype : p.stored;
-    return bytesUnderDType(own, p.numel(), m_dtype);
+    return p.numel() * static_cast<uint64_t>(dtypeSize(own));
 }
 
-void ModuleTree::finish(std::optional<DType> dtype)
+uint64_t ModuleTree::bufferBytes(const Buffer& b) const
+{
+    if (m_reference == Reference::Accelerate)
+        return bytesUnderDType(b.dtype, b.numel(), m_dtype);
+    // element_size() of the buffer as created: an explicit float32 stays float32
+    return b.numel() * static_cast<uint64_t>(dtypeSize(b.dtype));
+}
+
+void ModuleTree::finish(std::optional<DType> dtype, Reference reference)
 {
     // Re-linearise in pre-order so that modules()[i..end) is i's subtree and
     // params() is named_parameters() order, whatever order building used.
@@ -105,6 +152,7 @@ void ModuleTree::finish(std::optional<DType> dtype)
         newIndex[static_cast<size_t>(order[k])] = static_cast<int>(k);
     std::vector<Module> modules;
     std::vector<Param> params;
+    std::vector<Buffer> buffers;
     modules.reserve(order.size());
     for (int old : order) {
         Module m = m_modules[static_cast<size_t>(old)];
@@ -118,22 +166,30 @@ void ModuleTree::finish(std::optional<DType> dtype)
             params.push_back(m_params[static_cast<size_t>(p)]);
         }
         m.params = ps;
+        std::vector<int> bs;
+        for (int b : m.buffers) {
+            bs.push_back(static_cast<int>(buffers.size()));
+            buffers.push_back(m_buffers[static_cast<size_t>(b)]);
+        }
+        m.buffers = bs;
         modules.push_back(std::move(m));
     }
     m_modules = std::move(modules);
     m_params = std::move(params);
+    m_buffers = std::move(buffers);
     m_moduleIndex.clear();
     m_paramIndex.clear();
     for (size_t i = 0; i < m_modules.size(); ++i)
         m_moduleIndex[m_modules[i].name] = static_cast<int>(i);
     for (size_t i = 0; i < m_params.size(); ++i)
         m_paramIndex[m_params[i].name] = static_cast<int>(i);
-    setDType(dtype);
+    setSizing(dtype, reference);
 }
 
-void ModuleTree::setDType(std::optional<DType> dtype)
+void ModuleTree::setSizing(std::optional<DType> dtype, Reference reference)
 {
     m_dtype = dtype;
+    m_reference = reference;
     for (auto& m : m_modules) {
         m.bytes = 0;
         m.paramCount = 0;
@@ -147,6 +203,8 @@ void ModuleTree::setDType(std::optional<DType> dtype)
             if (!prm.duplicate)
                 m.paramCount += prm.numel();
         }
+        for (int b : m.buffers)
+            m.bytes += bufferBytes(m_buffers[static_cast<size_t>(b)]);
         int end = static_cast<int>(i) + 1;
         for (int c : m.children) {
             m.bytes += m_modules[static_cast<size_t>(c)].bytes;

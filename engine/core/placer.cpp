@@ -24,19 +24,34 @@ Sizes::Sizes(const ModuleTree& tree, const PlanOptions& options) : m_tree(tree)
     m_noSplit = options.noSplit ? *options.noSplit : tree.noSplitClasses();
     m_module.resize(mods.size());
     m_kv.assign(mods.size(), 0);
+    m_direct.assign(mods.size(), 0);
     m_listed.assign(mods.size(), false);
+    m_holds.assign(mods.size(), false);
+    m_byParam.assign(mods.size(), false);
     for (size_t i = 0; i < mods.size(); ++i)
         m_module[i] = mods[i].bytes;
+    m_param.reserve(tree.params().size());
     for (const auto& p : tree.params())
         m_param.push_back(tree.paramBytes(p));
+    for (const auto& b : tree.buffers())
+        m_buffer.push_back(tree.bufferBytes(b));
     // A module is a key of compute_module_sizes when a non-tied tensor lies below it.
     for (size_t i = mods.size(); i-- > 0;) {
-        bool any = false;
+        bool byParam = false, any = !mods[i].buffers.empty();
         for (int p : mods[i].params)
-            any = any || !tree.params()[size_t(p)].duplicate;
-        for (int c : mods[i].children)
+            if (!tree.params()[size_t(p)].duplicate) {
+                byParam = true;
+                m_direct[i] += m_param[size_t(p)];
+            }
+        for (int b : mods[i].buffers)
+            m_direct[i] += m_buffer[size_t(b)];
+        m_holds[i] = byParam || any;
+        for (int c : mods[i].children) {
+            byParam = byParam || m_byParam[size_t(c)];
             any = any || m_listed[size_t(c)];
-        m_listed[i] = any;
+        }
+        m_byParam[i] = byParam;
+        m_listed[i] = any || byParam;
     }
     if (options.kv && options.kv->bytesPerLayer > 0) {
         for (size_t i = 0; i < mods.size(); ++i) {
@@ -62,9 +77,13 @@ Placer::Placer(const ModuleTree& tree, const Sizes& sizes, Budgets budgets)
     if (m_budgets.empty() || m_budgets.back().device.kind != Device::Disk)
         m_budgets.push_back({Device::disk(), -1});
     m_paramModule.assign(tree.params().size(), 0);
-    for (size_t m = 0; m < tree.modules().size(); ++m)
+    m_bufferModule.assign(tree.buffers().size(), 0);
+    for (size_t m = 0; m < tree.modules().size(); ++m) {
         for (int p : tree.modules()[m].params)
             m_paramModule[size_t(p)] = int(m);
+        for (int b : tree.modules()[m].buffers)
+            m_bufferModule[size_t(b)] = int(m);
+    }
     m_used.assign(m_budgets.size(), 0);
     m_reserved.assign(m_budgets.size(), 0);
     m_kvUsed.assign(m_budgets.size(), 0);
@@ -72,13 +91,15 @@ Placer::Placer(const ModuleTree& tree, const Sizes& sizes, Budgets budgets)
 
 std::string Placer::nameOf(const Item& it) const
 {
-    return it.param ? m_tree.params()[size_t(it.index)].name : m_tree.modules()[size_t(it.index)].name;
+    if (!it.param)
+        return m_tree.modules()[size_t(it.index)].name;
+    return it.buffer ? m_tree.buffers()[size_t(it.index)].name : m_tree.params()[size_t(it.index)].name;
 }
 
 const std::string& Placer::classOf(const Item& it) const
 {
-    static const std::string param = "Parameter";
-    return it.param ? param : m_tree.modules()[size_t(it.index)].className;
+    static const std::string param = "Parameter", buffer = "Tensor";
+    return !it.param ? m_tree.modules()[size_t(it.index)].className : it.buffer ? buffer : param;
 }
 
 bool Placer::hasChildren(const Item& it) const
@@ -94,6 +115,11 @@ std::vector<Item> Placer::piecesOf(int module) const
         out.push_back({true, p});
     for (int c : m.children)
         out.push_back({false, c});
+    // Only the root's own buffers are queued (named_buffers(recurse=False) in
+    // _init_infer_auto_device_map); a split module yields parameters and children.
+    if (module == 0)
+        for (int b : m.buffers)
+            out.push_back({true, b, true});
     return out;
 }
 
@@ -102,7 +128,7 @@ bool Placer::isDescendantOrSelf(const Item& x, const Item& of) const
     if (of.param)
         return x == of;
     const Module& m = m_tree.modules()[size_t(of.index)];
-    int xm = x.param ? m_paramModule[size_t(x.index)] : x.index;
+    int xm = !x.param ? x.index : x.buffer ? m_bufferModule[size_t(x.index)] : m_paramModule[size_t(x.index)];
     return xm >= of.index && xm < m.end;
 }
 

@@ -1,5 +1,7 @@
-// infer_auto_device_map as Accelerate implements it (version 1.3+), comparison
-// for comparison; the spec this follows is in docs/planner.md.
+// transformers 5.6's _get_device_map (its own get_max_memory,
+// get_balanced_memory and infer_auto_device_map) and, as the second
+// reference, Accelerate 1.13's load_checkpoint_and_dispatch path; the rules
+// are in docs/planner.md.
 #include "stowage/planner.h"
 
 #include "balance.h"
@@ -36,11 +38,27 @@ const char* strategyName(Strategy s)
     return "?";
 }
 
-Plan planDeviceMap(const ModuleTree& tree, const PlanOptions& options)
+Plan planDeviceMap(const ModuleTree& given, const PlanOptions& options)
 {
+    // Sizes follow the reference; a tree built for the other one is resized
+    // on a copy (the CLI and the GUI build it for the right one already).
+    std::optional<ModuleTree> resized;
+    if (given.reference() != options.reference) {
+        resized = given;
+        resized->setSizing(given.dtype(), options.reference);
+    }
+    const ModuleTree& tree = resized ? *resized : given;
     detail::Sizes sizes(tree, options);
     Plan plan;
+    plan.reference = options.reference;
     Budgets mm = options.maxMemory ? normalizeBudgets(*options.maxMemory) : normalizeBudgets(options.machineMemory);
+    if (!options.maxMemory && options.reference == Reference::Transformers)
+        // transformers' get_max_memory keeps 10% of the RAM free when nobody gave budgets.
+        for (auto& b : mm)
+            if (b.device.kind == Device::Cpu) {
+                b.bytes = b.bytes * 0.9;
+                plan.notes.push_back("no budget given: planning with 90% of the available RAM");
+            }
     if (options.strategy != Strategy::Sequential)
         mm = detail::balancedMemory(tree, sizes, mm, !options.maxMemory, options.strategy == Strategy::BalancedLow0,
                                     &plan.notes);

@@ -48,21 +48,27 @@ DType checkpointDType(const Checkpoint& ck)
 {
     if (ck.config() && ck.config()->dtype())
         return *ck.config()->dtype();
-    std::map<DType, uint64_t> bytes;
+    // transformers reads the first weights file (shard names sort, so the
+    // first shard) and takes its first floating tensor that is not float8.
+    int first = -1;
+    for (size_t s = 0; s < ck.shards().size(); ++s)
+        if (first < 0 || ck.shards()[s].path < ck.shards()[size_t(first)].path)
+            first = int(s);
+    std::vector<const TensorInfo*> inFile;
     for (const auto& t : ck.tensors())
-        if (t.shard >= 0 && dtypeIsFloating(t.dtype))
-            bytes[t.dtype] += t.nbytes;
-    DType best = DType::F32;
-    uint64_t most = 0;
-    for (const auto& [d, b] : bytes)
-        if (b > most) {
-            best = d;
-            most = b;
-        }
-    return best;
+        if (first >= 0 && t.shard == first)
+            inFile.push_back(&t);
+    std::stable_sort(inFile.begin(), inFile.end(),
+                     [](const TensorInfo* a, const TensorInfo* b) { return a->offset < b->offset; });
+    for (const TensorInfo* t : inFile)
+        if (dtypeIsFloating(t->dtype) && t->dtype != DType::F8_E4M3 && t->dtype != DType::F8_E5M2)
+            return t->dtype;
+    // transformers would take the first tensor's integer dtype here and then
+    // fail to build the model under it; planning carries on in float32.
+    return DType::F32;
 }
 
-ModuleTree buildModuleTree(const Checkpoint& ck, std::optional<DType> dtype)
+ModuleTree buildModuleTree(const Checkpoint& ck, std::optional<DType> dtype, Reference reference)
 {
     const DType target = dtype ? *dtype : checkpointDType(ck);
     const auto& cfg = ck.config();
@@ -121,7 +127,7 @@ ModuleTree buildModuleTree(const Checkpoint& ck, std::optional<DType> dtype)
         }
         if (anyLayer)
             t.setNoSplit({"Layer"});
-        t.finish(target);
+        t.finish(target, reference);
         return t;
     }
 
@@ -159,7 +165,7 @@ ModuleTree buildModuleTree(const Checkpoint& ck, std::optional<DType> dtype)
         if (!ignored)
             t.m_unexpected.push_back(name);
     }
-    t.finish(target);
+    t.finish(target, reference);
     return std::move(skel->tree);
 }
 

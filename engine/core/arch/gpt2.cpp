@@ -31,6 +31,7 @@ Skeleton buildGpt2(const ModelConfig& c, DType dt)
     s.ignoredSuffixes = {".attn.bias", ".attn.masked_bias", ".crossattention.bias", ".crossattention.masked_bias"};
     ModuleTree& t = s.tree;
     t.setModelType("gpt2", true);
+    // transformers 5.6 registers no buffer in GPT-2 (the old attn.bias masks are gone).
     t.addModule(-1, "", "GPT2LMHeadModel");
     int tr = t.addModule(0, "transformer", "GPT2Model");
     int wte = t.addModule(tr, "wte", "Embedding");

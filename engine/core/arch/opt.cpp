@@ -22,6 +22,7 @@ Skeleton buildOpt(const ModelConfig& c, DType dt)
     s.basePrefix = "model";
     ModuleTree& t = s.tree;
     t.setModelType("opt", true);
+    // transformers 5.6 registers no buffer in OPT.
     t.addModule(-1, "", "OPTForCausalLM");
     int model = t.addModule(0, "model", "OPTModel");
     int dec = t.addModule(model, "decoder", "OPTDecoder");

@@ -1,6 +1,9 @@
 #pragma once
 // Skeletons of the architectures Stowage knows: the module tree transformers
-// builds for a config, with parameter shapes, ties and no-split classes.
+// builds for a config, with parameter shapes, buffers, ties and no-split classes.
+// A new family must register every buffer its transformers module does
+// (register_buffer, persistent or not, with the dtype it is created in):
+// both references count buffers, so a missing one changes the map.
 #include "stowage/config.h"
 #include "stowage/moduletree.h"
 

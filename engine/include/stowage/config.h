@@ -21,7 +21,7 @@ public:
     const std::string& path() const { return m_path; }
     const std::string& modelType() const { return m_modelType; }
     const std::vector<std::string>& architectures() const { return m_architectures; }
-    // `torch_dtype` (or `dtype` in newer transformers) when it names a real type.
+    // `dtype` (transformers 5), else `torch_dtype`, when it names a real type.
     std::optional<DType> dtype() const { return m_dtype; }
     bool tieWordEmbeddings() const { return boolOr("tie_word_embeddings", true); }
 

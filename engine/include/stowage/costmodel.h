@@ -26,11 +26,17 @@ struct HardwareProfile {
     double diskReadBandwidth = 0;    // bytes/s
     double cpuFlops = 0;             // FLOP/s
     bool simulated = false;          // true for presets: not this machine
+    // measureThisMachine only: true when RAM bandwidth and CPU FLOP/s were
+    // timed here. A sanitizer or unoptimised build times its own
+    // instrumentation (ASan read RAM at 1.6 GB/s), so there the figures are
+    // typical defaults and `name` says so. Not part of the JSON form.
+    bool measured = false;
 };
 
 // Named presets: "rtx3090", "rtx4090", "l4", "a100-40gb", "a100-80gb",
 // "h100-80gb", "h200", "t4" (one GPU each, with a typical host), plus
-// "this-machine" measured by a quick self-test (a fraction of a second).
+// "this-machine" measured by a quick self-test (a fraction of a second; in an
+// instrumented build, labelled defaults instead: see HardwareProfile::measured).
 std::vector<std::string> hardwarePresetNames();
 // Throws InputError for an unknown name. "NAME" or "NxNAME" (e.g. "2xrtx4090").
 HardwareProfile hardwarePreset(const std::string& name);

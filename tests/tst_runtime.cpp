@@ -295,7 +295,8 @@ void TestRuntime::telemetryRecordsTraffic()
     QCOMPARE(t.resident().at("0"), uint64_t(0));
     bool fetched = false;
     for (const auto& e : t.trace())
-        fetched = fetched || (e.kind == "fetch" && e.module == "transformer.h.0.attn.c_attn.weight" && e.device == "0");
+        fetched = fetched || (e.kind == TraceKind::Fetch && e.tensor == "transformer.h.0.attn.c_attn.weight" &&
+                              e.device == "0" && e.unit == "transformer.h.0" && e.step == -1);
     QVERIFY(fetched);
     t.sample();
     QVERIFY(!t.samples().empty());

@@ -58,10 +58,23 @@ std::vector<std::string> Args::values(const std::string& name) const
     return out;
 }
 
+std::string withFlagNames(const InputError& error)
+{
+    static const std::map<std::string, std::string> flags{{"prompt token ids", "--prompt-ids"},
+                                                          {"prompt", "--prompt"},
+                                                          {"offload folder", "--offload-folder"},
+                                                          {"memory budgets", "--max-memory"}};
+    auto it = flags.find(error.file());
+    return it == flags.end() ? error.what() : it->second + ": " + error.problem();
+}
+
 std::string checkpointPath(const Args& args)
 {
-    if (!args.positional().empty())
-        return args.positional()[0];
+    return args.positional().empty() ? demoCheckpointPath() : args.positional()[0];
+}
+
+std::string demoCheckpointPath()
+{
     if (const char* env = std::getenv("STOWAGE_DEMO"))
         return env;
     // Installed layout: <prefix>/bin/stowage-cli and <prefix>/share/stowage/demo.

@@ -2,6 +2,7 @@
 // A small command-line parser: one positional PATH, `--flag`, `--opt VALUE`
 // (or `--opt=VALUE`), repeatable options. Unknown options are input errors.
 #include "stowage/dtype.h"
+#include "stowage/error.h"
 
 #include <cstdint>
 #include <map>
@@ -30,6 +31,11 @@ private:
 
 // The checkpoint PATH: the positional argument, else the bundled demo.
 std::string checkpointPath(const Args& args);
+// The bundled demo checkpoint: $STOWAGE_DEMO, the installed one, else the build's.
+std::string demoCheckpointPath();
+// An engine error as the CLI prints it: the engine names the input ("prompt
+// token ids", "offload folder"); the CLI names the flag that gave it.
+std::string withFlagNames(const InputError& error);
 
 // --dtype: a floating torch dtype name, or nullopt for the checkpoint's own.
 std::optional<DType> parseDTypeOption(const Args& args);

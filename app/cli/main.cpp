@@ -1,5 +1,6 @@
 // stowage-cli: the engine from scripts. Exit 0 on success, 2 on bad input
 // (one line on stderr naming the file and the problem), 1 on our own failure.
+#include "args.h"
 #include "commands.h"
 
 #include "stowage/error.h"
@@ -26,14 +27,16 @@ const char* kUsage =
     "          [--greedy | --temperature T --top-k K --top-p P --seed N] [--offload-folder DIR]\n"
     "          [--prompt TEXT] [--simulate-gpus] [--policy accelerate-like|prefetch|compute-where-it-lives]\n"
     "          [--hardware PRESET|FILE.json [--throttle]] [--threads N] [--ignore-eos] [--json]\n"
+    "  worker                                 serve run sessions as JSON lines on stdin/stdout\n"
+    "                                         (docs/worker-protocol.md)\n"
     "  hardware [PRESET] [--list] [--json] [-o FILE]   a hardware profile for --hardware (default: this machine)\n"
     "  tokenize [PATH] (--text TEXT | --ids 1,2,3) [--json]\n"
     "\n"
     "PATH is a checkpoint folder, an index .json, a .safetensors/.bin file or a\n"
     "Hub cache folder (models--org--name); without it the bundled demo is used.\n";
 
-// `run` lives in a plugin linked with LibTorch, loaded only when needed.
-int runPlugin(const std::vector<std::string>& args)
+// `run` and `worker` live in a plugin linked with LibTorch, loaded only when needed.
+int runPlugin(const char* entryName, const std::vector<std::string>& args)
 {
     namespace fs = std::filesystem;
     std::error_code ec;
@@ -58,7 +61,7 @@ int runPlugin(const std::vector<std::string>& args)
         return 1;
     }
     using Entry = int (*)(int, char**);
-    auto entry = reinterpret_cast<Entry>(dlsym(lib, "stowage_cli_run"));
+    auto entry = reinterpret_cast<Entry>(dlsym(lib, entryName));
     if (!entry) {
         std::fprintf(stderr, "stowage-cli: internal error: the runtime plugin has no entry point\n");
         return 1;
@@ -87,7 +90,9 @@ int main(int argc, char** argv)
         if (command == "plan")
             return stowage::cli::planCommand(args);
         if (command == "run")
-            return runPlugin(args);
+            return runPlugin("stowage_cli_run", args);
+        if (command == "worker")
+            return runPlugin("stowage_cli_worker", args);
         if (command == "hardware")
             return stowage::cli::hardwareCommand(args);
         if (command == "tokenize")
@@ -95,7 +100,7 @@ int main(int argc, char** argv)
         std::fprintf(stderr, "stowage-cli: unknown command '%s' (try --help)\n", command.c_str());
         return 2;
     } catch (const stowage::InputError& e) {
-        std::fprintf(stderr, "stowage-cli: %s\n", e.what());
+        std::fprintf(stderr, "stowage-cli: %s\n", stowage::cli::withFlagNames(e).c_str());
         return 2;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "stowage-cli: internal error: %s\n", e.what());

@@ -101,7 +101,7 @@ Budgets normalizeBudgets(Budgets budgets)
                      [](const DeviceBudget& a, const DeviceBudget& b) { return a.device < b.device; });
     for (size_t i = 1; i < budgets.size(); ++i)
         if (budgets[i].device == budgets[i - 1].device)
-            throw InputError("--max-memory", "device " + budgets[i].device.name() + " is given twice");
+            throw InputError("memory budgets", "device " + budgets[i].device.name() + " is given twice");
     return budgets;
 }
 

@@ -6,19 +6,49 @@
 #include <unistd.h>
 
 namespace stowage {
-namespace {
-constexpr size_t kMaxSamples = 4096;
-constexpr size_t kMaxEvents = 16384;
-
-template <class T> std::vector<T> unroll(const std::vector<T>& ring, size_t head, size_t cap)
+const char* traceKindName(TraceKind kind)
 {
-    if (ring.size() < cap)
-        return ring;
-    std::vector<T> out(ring.begin() + long(head), ring.end());
-    out.insert(out.end(), ring.begin(), ring.begin() + long(head));
+    switch (kind) {
+    case TraceKind::Fetch: return "fetch";
+    case TraceKind::Prefetch: return "prefetch";
+    case TraceKind::Map: return "map";
+    case TraceKind::Wait: return "wait";
+    case TraceKind::Compute: return "compute";
+    case TraceKind::Release: return "release";
+    }
+    return "?";
+}
+
+template <class T> void Telemetry::Ring<T>::add(T x, size_t cap)
+{
+    if (items.size() < cap)
+        items.push_back(std::move(x));
+    else
+        items[size_t(total % cap)] = std::move(x);
+    ++total;
+}
+
+template <class T> std::vector<T> Telemetry::Ring<T>::all(size_t cap) const
+{
+    return since(0, cap).items;
+}
+
+template <class T> Since<T> Telemetry::Ring<T>::since(uint64_t cursor, size_t cap) const
+{
+    Since<T> out;
+    out.next = total;
+    const uint64_t oldest = total - items.size(); // the first item the ring still holds
+    if (cursor > total)
+        cursor = total; // a cursor from another run: nothing new
+    if (cursor < oldest) {
+        out.missed = oldest - cursor;
+        cursor = oldest;
+    }
+    out.items.reserve(size_t(total - cursor));
+    for (uint64_t i = cursor; i < total; ++i)
+        out.items.push_back(items[size_t(items.size() < cap ? i : i % cap)]);
     return out;
 }
-} // namespace
 
 uint64_t processRssBytes()
 {
@@ -65,13 +95,16 @@ void Telemetry::release(const std::string& device, uint64_t bytes)
 
 void Telemetry::event(TraceEvent e)
 {
+    if (e.step < 0)
+        e.step = m_step;
     std::lock_guard<std::mutex> lock(m_mutex);
-    if (m_trace.size() < kMaxEvents) {
-        m_trace.push_back(std::move(e));
-    } else {
-        m_trace[m_traceHead] = std::move(e);
-        m_traceHead = (m_traceHead + 1) % kMaxEvents;
-    }
+    m_trace.add(std::move(e), kMaxEvents);
+}
+
+void Telemetry::setCudaProbe(std::function<std::map<std::string, uint64_t>()> probe)
+{
+    std::lock_guard<std::mutex> lock(m_mutex);
+    m_cudaProbe = std::move(probe);
 }
 
 std::map<std::string, uint64_t> Telemetry::resident() const
@@ -89,13 +122,37 @@ std::map<std::string, uint64_t> Telemetry::peak() const
 std::vector<MemorySample> Telemetry::samples() const
 {
     std::lock_guard<std::mutex> lock(m_mutex);
-    return unroll(m_samples, m_sampleHead, kMaxSamples);
+    return m_samples.all(kMaxSamples);
 }
 
 std::vector<TraceEvent> Telemetry::trace() const
 {
     std::lock_guard<std::mutex> lock(m_mutex);
-    return unroll(m_trace, m_traceHead, kMaxEvents);
+    return m_trace.all(kMaxEvents);
+}
+
+Since<MemorySample> Telemetry::samplesSince(uint64_t cursor) const
+{
+    std::lock_guard<std::mutex> lock(m_mutex);
+    return m_samples.since(cursor, kMaxSamples);
+}
+
+Since<TraceEvent> Telemetry::traceSince(uint64_t cursor) const
+{
+    std::lock_guard<std::mutex> lock(m_mutex);
+    return m_trace.since(cursor, kMaxEvents);
+}
+
+uint64_t Telemetry::sampleCount() const
+{
+    std::lock_guard<std::mutex> lock(m_mutex);
+    return m_samples.total;
+}
+
+uint64_t Telemetry::eventCount() const
+{
+    std::lock_guard<std::mutex> lock(m_mutex);
+    return m_trace.total;
 }
 
 void Telemetry::sample()
@@ -105,14 +162,16 @@ void Telemetry::sample()
     s.h2dBytes = m_h2d;
     s.diskReadBytes = m_disk;
     s.rssBytes = processRssBytes();
+    std::function<std::map<std::string, uint64_t>()> probe;
+    {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        probe = m_cudaProbe;
+    }
+    if (probe)
+        s.cudaAllocatedBytes = probe();
     std::lock_guard<std::mutex> lock(m_mutex);
     s.residentBytes = m_resident;
-    if (m_samples.size() < kMaxSamples) {
-        m_samples.push_back(std::move(s));
-    } else {
-        m_samples[m_sampleHead] = std::move(s);
-        m_sampleHead = (m_sampleHead + 1) % kMaxSamples;
-    }
+    m_samples.add(std::move(s), kMaxSamples);
 }
 
 void Telemetry::startSampling(double hz)
@@ -122,9 +181,15 @@ void Telemetry::startSampling(double hz)
     m_stop = false;
     const auto period = std::chrono::duration<double>(1.0 / hz);
     m_sampler = std::thread([this, period] {
+        // On a fixed schedule, so a slow sample does not lower the rate.
+        auto next = std::chrono::steady_clock::now();
         while (!m_stop) {
             sample();
-            std::this_thread::sleep_for(period);
+            next += std::chrono::duration_cast<std::chrono::steady_clock::duration>(period);
+            const auto now = std::chrono::steady_clock::now();
+            if (next < now)
+                next = now;
+            std::this_thread::sleep_until(next);
         }
     });
 }

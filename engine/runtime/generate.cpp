@@ -1,5 +1,6 @@
 // Greedy and sampled decoding over Model::forward, with a seeded generator so
 // sampling is reproducible.
+#include "stowage/error.h"
 #include "stowage/runtime.h"
 
 #include <algorithm>
@@ -57,20 +58,43 @@ GenerationResult generate(Model& model, const std::vector<int32_t>& prompt, cons
 {
     using clock = std::chrono::steady_clock;
     GenerationResult r;
+    Telemetry& telemetry = model.telemetry();
+    if (o.stop)
+        model.setInterrupt(o.stop);
+    auto stopRequested = [&] { return o.stop && o.stop->load(); };
     model.resetCache();
     auto t0 = clock::now();
-    std::vector<float> logits = model.forward(prompt);
-    auto t1 = clock::now();
-    r.prefillSeconds = std::chrono::duration<double>(t1 - t0).count();
-    for (int step = 0; step < o.maxNewTokens; ++step) {
-        if (keepLogits)
-            r.logits.push_back(logits);
-        int32_t next = sampleToken(logits, o, uint64_t(step));
-        r.tokens.push_back(next);
-        bool go = !onToken || onToken(next);
-        if (!go || std::find(o.stopIds.begin(), o.stopIds.end(), next) != o.stopIds.end() || step + 1 == o.maxNewTokens)
-            break;
-        logits = model.forward({next});
+    auto t1 = t0;
+    std::vector<float> logits;
+    try {
+        telemetry.setStep(0);
+        logits = model.forward(prompt);
+        t1 = clock::now();
+        r.prefillSeconds = std::chrono::duration<double>(t1 - t0).count();
+        for (int step = 0; step < o.maxNewTokens; ++step) {
+            if (stopRequested()) {
+                r.stopped = true;
+                break;
+            }
+            if (keepLogits)
+                r.logits.push_back(logits);
+            int32_t next = sampleToken(logits, o, uint64_t(step));
+            r.tokens.push_back(next);
+            if (onToken && !onToken(next)) {
+                r.stopped = true;
+                break;
+            }
+            if (std::find(o.stopIds.begin(), o.stopIds.end(), next) != o.stopIds.end() || step + 1 == o.maxNewTokens)
+                break;
+            telemetry.setStep(step + 1);
+            logits = model.forward({next});
+        }
+    } catch (const Stopped&) {
+        // Between two execution units: the model dropped this pass's cache
+        // entries and fetched copies; what was generated so far stands.
+        r.stopped = true;
+        if (r.tokens.empty())
+            t1 = clock::now();
     }
     r.decodeSeconds = std::chrono::duration<double>(clock::now() - t1).count();
     return r;

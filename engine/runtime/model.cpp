@@ -1,4 +1,5 @@
 #include "arch/runner.h"
+#include "cudacopy.h"
 #include "stowage/error.h"
 #include "stowage/runtime.h"
 
@@ -48,7 +49,9 @@ std::optional<ExecutionPolicy> policyFromName(const std::string& n)
 }
 
 struct Model::Impl {
-    Telemetry telemetry;
+    std::shared_ptr<Telemetry> telemetryPtr;
+    Telemetry& telemetry;
+    explicit Impl(std::shared_ptr<Telemetry> t) : telemetryPtr(std::move(t)), telemetry(*telemetryPtr) {}
     std::string modelType;
     std::unique_ptr<WeightStore> store;
     std::unique_ptr<arch::Runner> runner;
@@ -78,9 +81,22 @@ std::unique_ptr<Model> Model::load(const Checkpoint& ck, const ModuleTree& tree,
     int threads = options.threads > 0 ? options.threads : int(std::max(1u, std::thread::hardware_concurrency()));
     at::set_num_threads(threads);
 
-    auto impl = std::make_unique<Impl>();
+    auto impl = std::make_unique<Impl>(options.telemetry ? options.telemetry : std::make_shared<Telemetry>());
     impl->modelType = cfg.modelType();
     impl->telemetry.startSampling(20);
+    if (cuda::compiledIn() && !options.simulateGpus && cudaAvailable()) {
+        std::vector<int> gpus; // the real GPUs the map uses
+        for (const auto& [name, device] : options.deviceMap)
+            if (device.kind == Device::Gpu && std::find(gpus.begin(), gpus.end(), device.index) == gpus.end())
+                gpus.push_back(device.index);
+        if (!gpus.empty())
+            impl->telemetry.setCudaProbe([gpus] {
+                std::map<std::string, uint64_t> out;
+                for (int i : gpus)
+                    out[std::to_string(i)] = cuda::allocatedBytes(i);
+                return out;
+            });
+    }
     impl->store = std::make_unique<WeightStore>(ck, tree, options, impl->telemetry);
     impl->store->load(progress); // a throw here releases everything loaded so far
     impl->runner = arch::makeRunner(cfg, *impl->store);
@@ -97,7 +113,7 @@ std::vector<float> Model::forward(const std::vector<int32_t>& ids, bool allPosit
     std::vector<int64_t> ids64(ids.begin(), ids.end());
     for (int64_t id : ids64)
         if (id < 0 || id >= m_impl->runner->vocabSize())
-            throw InputError("--prompt-ids", "token id " + std::to_string(id) + " is outside the vocabulary (0.." +
+            throw InputError("prompt token ids", "token id " + std::to_string(id) + " is outside the vocabulary (0.." +
                                                  std::to_string(m_impl->runner->vocabSize() - 1) + ")");
     at::Tensor t = at::tensor(ids64, at::kLong).view({1, int64_t(ids64.size())});
     at::Tensor logits;
@@ -138,5 +154,9 @@ int Model::cachedTokens() const { return int(m_impl->cached); }
 const std::string& Model::modelType() const { return m_impl->modelType; }
 std::vector<std::string> Model::deviceDescriptions() const { return m_impl->store->deviceDescriptions(); }
 Telemetry& Model::telemetry() { return m_impl->telemetry; }
+void Model::setInterrupt(const std::atomic<bool>* flag) { m_impl->store->setInterrupt(flag); }
+void Model::setUnitDelay(double seconds) { m_impl->store->setUnitDelay(seconds); }
+std::vector<std::string> Model::units() const { return m_impl->runner->units(); }
+std::string Model::unitDevice(const std::string& unit) const { return m_impl->store->unitDevice(unit).label(); }
 
 } // namespace stowage

@@ -168,8 +168,9 @@ void WeightStore::load(const ProgressFn& progress)
 
     if (needOffload) {
         if (m_options.offloadFolder.empty())
-            throw InputError("--offload-folder",
-                             "the map sends weights to disk that must be converted first; give an offload folder");
+            throw InputError("offload folder", "the map sends weights to disk that must be converted to " +
+                                                   std::string(c10::toString(m_computeDType)) +
+                                                   " first; give an offload folder to write them to");
         m_offload = std::make_unique<OffloadStore>(m_options.offloadFolder);
         m_offload->openExisting();
         const DType target = m_computeDType == at::kBFloat16 ? DType::BF16
@@ -214,9 +215,31 @@ void readAhead(const uint8_t* p, uint64_t n)
 }
 } // namespace
 
-void WeightStore::fetchInto(Unit& u)
+void WeightStore::checkInterrupt() const
 {
+    if (m_interrupt && m_interrupt->load(std::memory_order_relaxed))
+        throw Stopped();
+}
+
+void WeightStore::pause(double seconds) const
+{
+    // In slices, so a stop lands within ~10 ms whatever the pause.
+    using clock = std::chrono::steady_clock;
+    const auto until = clock::now() + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(seconds));
+    while (true) {
+        checkInterrupt();
+        const clock::duration left = until - clock::now();
+        if (left <= clock::duration::zero())
+            return;
+        std::this_thread::sleep_for(std::min<clock::duration>(left, std::chrono::milliseconds(10)));
+    }
+}
+
+void WeightStore::fetchInto(Unit& u, bool ahead)
+{
+    const TraceKind copyKind = ahead ? TraceKind::Prefetch : TraceKind::Fetch;
     for (size_t i = 0; i < u.slots.size(); ++i) {
+        checkInterrupt();
         Slot& s = *u.slots[i];
         if (s.resident.defined() && s.homeDev == u.device)
             continue; // resident where it computes
@@ -231,7 +254,7 @@ void WeightStore::fetchInto(Unit& u)
             m_options.policy != ExecutionPolicy::AccelerateLike && toTorch(s.srcDType) == m_computeDType) {
             readAhead(s.src, uint64_t(src.nbytes()));
             u.fetched[i] = src;
-            m_telemetry.event({t0, m_telemetry.now(), s.name, "map", u.device->label(), 0});
+            m_telemetry.event({t0, m_telemetry.now(), TraceKind::Map, u.name, s.name, u.device->label(), 0});
             continue;
         }
         m_telemetry.allocate(u.device->label(), s.bytes, s.name);
@@ -250,9 +273,9 @@ void WeightStore::fetchInto(Unit& u)
         if (u.device->device.kind == Device::Gpu) {
             m_telemetry.addH2D(s.bytes);
             if (u.device->simulated && m_options.simulatedPcieBytesPerSecond > 0)
-                std::this_thread::sleep_for(std::chrono::duration<double>(double(s.bytes) / m_options.simulatedPcieBytesPerSecond));
+                pause(double(s.bytes) / m_options.simulatedPcieBytesPerSecond);
         }
-        m_telemetry.event({t0, m_telemetry.now(), s.name, "fetch", u.device->label(), s.bytes});
+        m_telemetry.event({t0, m_telemetry.now(), copyKind, u.name, s.name, u.device->label(), s.bytes});
     }
 }
 
@@ -275,6 +298,7 @@ void WeightStore::setOrder(std::vector<std::string> units)
     m_order = std::move(units);
     for (const auto& u : m_order) {
         Unit& unit = m_units[u];
+        unit.name = u;
         RtDevice* dev = nullptr;
         bool oneGpu = true, allCpu = true;
         for (auto& sp : m_slots) {
@@ -308,8 +332,14 @@ void WeightStore::enter(const std::string& name)
     if (it == m_units.end())
         throw std::logic_error("unit '" + name + "' was not announced to the weight store");
     Unit& u = it->second;
+    checkInterrupt();
     std::unique_lock<std::mutex> lock(m_mutex);
-    m_cv.wait(lock, [&] { return m_inflight != name; });
+    if (m_inflight == name) {
+        // The prefetcher is still copying this unit: the step waits on it.
+        const double t0 = m_telemetry.now();
+        m_cv.wait(lock, [&] { return m_inflight != name; });
+        m_telemetry.event({t0, m_telemetry.now(), TraceKind::Wait, name, {}, u.device->label(), 0});
+    }
     if (!u.ready && u.needsFetch) {
         // Claim it first so the prefetcher does not fetch the same unit too.
         u.ready = true;
@@ -317,7 +347,7 @@ void WeightStore::enter(const std::string& name)
             m_prefetchWanted.clear();
         lock.unlock();
         try {
-            fetchInto(u);
+            fetchInto(u, false);
         } catch (...) {
             lock.lock();
             dropFetched(u);
@@ -351,6 +381,10 @@ void WeightStore::enter(const std::string& name)
             m_cv.notify_all();
         }
     }
+    if (const double delay = m_unitDelay.load(); delay > 0) {
+        lock.unlock();
+        pause(delay); // teaching: one unit at a time, slowly enough to follow
+    }
 }
 
 // Post-hook work: offloaded copies go away, resident weights stay.
@@ -382,7 +416,7 @@ void WeightStore::leave(const std::string& name)
     dropFetched(u);
     if (m_current == &u)
         m_current = nullptr;
-    m_telemetry.event({m_telemetry.now(), m_telemetry.now(), name, "release", u.device->label(), 0});
+    m_telemetry.event({m_telemetry.now(), m_telemetry.now(), TraceKind::Release, name, {}, u.device->label(), 0});
 }
 
 const at::Tensor& WeightStore::get(const std::string& name) const
@@ -416,7 +450,7 @@ void WeightStore::prefetchLoop()
         m_inflight = name;
         lock.unlock();
         try {
-            fetchInto(u);
+            fetchInto(u, true);
         } catch (...) {
             // The unit's own enter() fetches again and reports the error there.
             lock.lock();

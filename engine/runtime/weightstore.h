@@ -8,6 +8,7 @@
 
 #include <ATen/ATen.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -55,10 +56,16 @@ public:
     Telemetry& telemetry() { return m_telemetry; }
     // The unit entered last (where a failure during forward happened).
     const std::string& lastUnit() const { return m_lastUnit; }
+    // When *flag turns true, enter() and fetches under way throw Stopped at
+    // the next unit or copy slice. The flag outlives the store.
+    void setInterrupt(const std::atomic<bool>* flag) { m_interrupt = flag; }
+    // A pause after each unit's fetch, before it computes (teaching mode).
+    void setUnitDelay(double seconds) { m_unitDelay = seconds; }
 
 private:
     struct Slot;
     struct Unit {
+        std::string name;
         std::vector<Slot*> slots;
         RtDevice* device = nullptr;
         std::vector<at::Tensor> fetched; // parallel to slots; undefined when resident
@@ -72,7 +79,9 @@ private:
     void dropFetched(Unit& u);
     RtDevice& deviceFor(const Device& d);
     at::Tensor fromSource(const Slot& s) const; // the stored bytes as a CPU tensor (zero-copy view)
-    void fetchInto(Unit& u);                    // copies offloaded weights to u.device
+    void fetchInto(Unit& u, bool ahead);        // copies offloaded weights to u.device (ahead: by the prefetcher)
+    void checkInterrupt() const;                // throws Stopped when asked to
+    void pause(double seconds) const;           // sleeps, interruptibly
     void prefetchLoop();
 
     const Checkpoint& m_ck;
@@ -96,6 +105,8 @@ private:
     std::string m_lastUnit;
     std::thread m_prefetcher;
     bool m_stop = false;
+    const std::atomic<bool>* m_interrupt = nullptr;
+    std::atomic<double> m_unitDelay{0};
 };
 
 } // namespace stowage

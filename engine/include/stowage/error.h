@@ -20,6 +20,13 @@ private:
     std::string m_problem;
 };
 
+// Thrown inside a forward pass when the caller asked to stop (checked between
+// execution units); generation turns it into a stopped result.
+class Stopped : public std::runtime_error {
+public:
+    Stopped() : std::runtime_error("stopped") {}
+};
+
 // Thrown when a progress callback asked to stop.
 class Cancelled : public std::runtime_error {
 public:

@@ -9,6 +9,7 @@
 #include "stowage/planner.h"
 #include "stowage/telemetry.h"
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -49,6 +50,9 @@ struct LoadOptions {
     // CPU instead of copying them to the GPU.
     ExecutionPolicy policy = ExecutionPolicy::Prefetch;
     int threads = 0;              // 0: every core this process may use
+    // Where the model records what it does; given by a caller that wants to
+    // watch the load itself (a session does). Default: the model's own.
+    std::shared_ptr<Telemetry> telemetry;
 };
 
 // A model with its weights dispatched; forward passes keep a KV cache.
@@ -67,6 +71,17 @@ public:
     int vocabSize() const;
     int cachedTokens() const;
     const std::string& modelType() const;
+    // A stop request for forward passes under way: when *flag turns true the
+    // pass throws Stopped at the next execution unit (or copy slice), its KV
+    // cache entries are dropped and every fetched copy released. *flag must
+    // outlive the model.
+    void setInterrupt(const std::atomic<bool>* flag);
+    // Teaching: pause this long before each execution unit computes.
+    void setUnitDelay(double seconds);
+    // The execution units in the order a forward pass runs them.
+    std::vector<std::string> units() const;
+    // The device each unit computes on ("0", "cpu").
+    std::string unitDevice(const std::string& unit) const;
     // Devices in use, each with "simulated" said where it applies.
     std::vector<std::string> deviceDescriptions() const;
     Telemetry& telemetry();
@@ -86,12 +101,14 @@ struct SamplingOptions {
     float topP = 1.0f; // 1: off
     uint64_t seed = 0;
     std::vector<int32_t> stopIds;
+    const std::atomic<bool>* stop = nullptr; // when set and true, generation ends as "stopped"
 };
 
 struct GenerationResult {
     std::vector<int32_t> tokens; // generated ids (without the prompt)
     double prefillSeconds = 0;
     double decodeSeconds = 0;
+    bool stopped = false; // ended by SamplingOptions::stop or onToken
     double decodeTokensPerSecond() const
     {
         return tokens.size() > 1 && decodeSeconds > 0 ? double(tokens.size() - 1) / decodeSeconds : 0;
@@ -100,7 +117,8 @@ struct GenerationResult {
 };
 
 // Prefill, then decode token by token. `onToken` gets each id as it is
-// chosen; returning false stops. Throws Cancelled never: a stop is a result.
+// chosen; returning false stops. A stop (onToken, or options.stop while a
+// forward pass runs) is a result with `stopped` set, never an exception.
 GenerationResult generate(Model& model, const std::vector<int32_t>& prompt, const SamplingOptions& options,
                           const std::function<bool(int32_t)>& onToken = {}, bool keepLogits = false);
 

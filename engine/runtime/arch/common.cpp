@@ -22,7 +22,7 @@ UnitScope::UnitScope(WeightStore& store, const std::string& unit, at::Tensor& x)
 UnitScope::~UnitScope()
 {
     Telemetry& t = m_store.telemetry();
-    t.event({m_t0, t.now(), m_unit, "compute", m_store.unitDevice(m_unit).label(), 0});
+    t.event({m_t0, t.now(), TraceKind::Compute, m_unit, {}, m_store.unitDevice(m_unit).label(), 0});
     m_store.leave(m_unit);
 }
 

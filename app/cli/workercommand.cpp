@@ -1,0 +1,383 @@
+// stowage-cli worker: the run session behind a JSON-lines protocol on
+// stdin/stdout (docs/worker-protocol.md), so the window never links LibTorch
+// and survives when the kernel kills the process running a model.
+//
+// Threads: the main thread reads commands; one job thread at a time loads or
+// generates; a pump thread streams the telemetry (samples, trace) at 20 Hz.
+// Every event goes through emit(), one whole line under a mutex.
+#include "args.h"
+#include "planoptions.h"
+#include "workerprotocol.h"
+
+#include "stowage/costmodel.h"
+#include "stowage/error.h"
+#include "stowage/kvcache.h"
+#include "stowage/session.h"
+#include "stowage/tokenizer.h"
+
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <csignal>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+#include <unistd.h>
+
+namespace stowage::cli {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+using json = nlohmann::json;
+
+class Worker {
+public:
+    Worker() = default;
+    ~Worker() { shutdown(); }
+    int serve();
+
+private:
+    void emit(ojson event, const json& request = nullptr);
+    void error(const std::string& kind, const std::string& message, const json& request);
+    void handle(const std::string& line);
+    void startJob(const json& request, std::function<void()> job);
+    void joinJob();
+    void shutdown();
+
+    void load(const json& cmd, const json& request);
+    void generate(const json& cmd, const json& request, bool oneStep);
+    void unload(const json& request);
+
+    // Telemetry pump: whatever is new since the last call, as events.
+    void pumpLoop();
+    void flushTelemetry();
+
+    std::mutex m_outMutex;
+    bool m_outBroken = false;
+
+    // The job thread and what it is doing.
+    enum Job { Idle, Loading, Generating, Stepping };
+    static const char* jobName(int job) { return job == Loading ? "load" : job == Generating ? "generate" : "step"; }
+    std::thread m_job;
+    std::atomic<bool> m_busy{false};
+    std::atomic<int> m_jobKind{Idle};
+    std::atomic<bool> m_cancelLoad{false};
+    json m_jobRequest;
+
+    std::mutex m_sessionMutex; // guards m_session and m_telemetry pointers (not their use by the job)
+    std::unique_ptr<Session> m_session;
+    std::shared_ptr<Telemetry> m_telemetry; // the current load's, from its start
+    std::mutex m_pumpMutex;
+    uint64_t m_sampleCursor = 0, m_eventCursor = 0;
+
+    std::thread m_pump;
+    std::mutex m_pumpWake;
+    std::condition_variable m_pumpCv;
+    std::atomic<bool> m_quit{false};
+};
+
+void Worker::emit(ojson event, const json& request)
+{
+    if (!request.is_null())
+        event["request"] = request;
+    std::string line = event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    line.push_back('\n');
+    std::lock_guard<std::mutex> lock(m_outMutex);
+    if (m_outBroken)
+        return;
+    if (std::fwrite(line.data(), 1, line.size(), stdout) != line.size() || std::fflush(stdout) != 0)
+        m_outBroken = true; // the client went away; the read loop ends at EOF
+}
+
+void Worker::error(const std::string& kind, const std::string& message, const json& request)
+{
+    emit(ojson{{"event", "error"}, {"kind", kind}, {"message", message}}, request);
+}
+
+void Worker::joinJob()
+{
+    if (m_job.joinable())
+        m_job.join();
+}
+
+void Worker::startJob(const json& request, std::function<void()> job)
+{
+    joinJob(); // the previous one has finished (m_busy was false)
+    m_busy = true;
+    m_jobRequest = request;
+    m_job = std::thread([this, request, job = std::move(job)] {
+        try {
+            job();
+        } catch (const InputError& e) {
+            error("input", e.what(), request);
+        } catch (const Cancelled&) {
+            emit(ojson{{"event", "cancelled"}, {"what", jobName(m_jobKind)}}, request);
+        } catch (const std::exception& e) {
+            error("internal", e.what(), request);
+        }
+        flushTelemetry();
+        m_jobKind = Idle;
+        m_busy = false;
+    });
+}
+
+void Worker::flushTelemetry()
+{
+    std::shared_ptr<Telemetry> t;
+    {
+        std::lock_guard<std::mutex> lock(m_sessionMutex);
+        t = m_telemetry;
+    }
+    if (!t)
+        return;
+    std::lock_guard<std::mutex> lock(m_pumpMutex);
+    auto samples = t->samplesSince(m_sampleCursor);
+    m_sampleCursor = samples.next;
+    for (size_t i = 0; i < samples.items.size(); ++i) {
+        ojson e = sampleEvent(samples.items[i]);
+        if (i == 0 && samples.missed)
+            e["missed"] = samples.missed;
+        emit(std::move(e));
+    }
+    auto trace = t->traceSince(m_eventCursor);
+    m_eventCursor = trace.next;
+    for (const ojson& e : traceEvents(trace.items, trace.missed))
+        emit(e);
+}
+
+void Worker::pumpLoop()
+{
+    std::unique_lock<std::mutex> lock(m_pumpWake);
+    while (!m_quit) {
+        m_pumpCv.wait_for(lock, std::chrono::milliseconds(50));
+        if (m_quit)
+            break;
+        lock.unlock();
+        flushTelemetry();
+        lock.lock();
+    }
+}
+
+void Worker::load(const json& cmd, const json& request)
+{
+    LoadCommand lc = parseLoad(cmd); // throws InputError before anything changes
+    if (m_session)
+        unload(nullptr); // a new load replaces the model
+    m_cancelLoad = false;
+    m_jobKind = Loading;
+    startJob(request, [this, lc, request] {
+        SessionOptions so;
+        so.path = lc.path.empty() ? demoCheckpointPath() : lc.path;
+        so.dtype = lc.dtype;
+        {
+            Checkpoint ck = Checkpoint::open(so.path);
+            ModuleTree tree = buildModuleTree(ck, so.dtype);
+            so.plan = lc.plan;
+            if (!lc.plan.maxMemory)
+                so.plan.machineMemory = machineBudgets();
+            if (lc.kvContext > 0) {
+                if (!ck.config())
+                    throw InputError(ck.weightsPath(), "a KV-cache reserve needs config.json beside the weights");
+                so.plan.kv = kvReserveFor(*ck.config(), tree, lc.kvContext, lc.kvBatch, *tree.dtype());
+                if (!so.plan.kv)
+                    throw InputError(ck.config()->path(), "model_type '" + ck.config()->modelType() +
+                                                              "' is not a family whose attention shape Stowage knows");
+            }
+            if (lc.deviceMap) {
+                MapCheck check = validateDeviceMap(tree, *lc.deviceMap);
+                if (!check.errors.empty())
+                    throw InputError("device map", check.errors.front());
+                for (const auto& w : check.warnings)
+                    emit(ojson{{"event", "warning"}, {"message", w}}, request);
+                so.deviceMap = lc.deviceMap;
+            }
+        }
+        so.load = lc.load;
+        auto telemetry = std::make_shared<Telemetry>();
+        so.load.telemetry = telemetry;
+        {
+            std::lock_guard<std::mutex> lock(m_sessionMutex);
+            m_telemetry = telemetry;
+        }
+        {
+            std::lock_guard<std::mutex> lock(m_pumpMutex);
+            m_sampleCursor = m_eventCursor = 0;
+        }
+        double lastSent = -1;
+        auto session = Session::open(so, [&](double fraction, const std::string& what) {
+            if (fraction - lastSent >= 0.001 || fraction >= 1.0) { // at most 1000 steps
+                lastSent = fraction;
+                emit(ojson{{"event", "progress"}, {"fraction", fraction}, {"what", what}}, request);
+            }
+            return !m_cancelLoad.load();
+        });
+        ojson loaded = loadedEvent(*session);
+        {
+            std::lock_guard<std::mutex> lock(m_sessionMutex);
+            m_session = std::move(session);
+        }
+        flushTelemetry();
+        emit(std::move(loaded), request);
+    });
+}
+
+void Worker::generate(const json& cmd, const json& request, bool oneStep)
+{
+    if (!m_session)
+        throw InputError("", std::string(oneStep ? "step" : "generate") + " needs a loaded model: send load first");
+    GenerateCommand gc = parseGenerate(cmd, oneStep);
+    Session& s = *m_session;
+    // Prompt and sampling are checked here, so a bad one is answered at once.
+    std::optional<std::vector<int32_t>> prompt;
+    if (gc.promptIds)
+        prompt = *gc.promptIds;
+    else if (gc.prompt)
+        prompt = s.encodePrompt(*gc.prompt);
+    else if (!oneStep)
+        prompt = s.encodePrompt("");
+    if (prompt)
+        for (int32_t id : *prompt)
+            if (id < 0 || id >= s.model().vocabSize())
+                throw InputError("prompt token ids", "token id " + std::to_string(id) +
+                                                         " is outside the vocabulary (0.." +
+                                                         std::to_string(s.model().vocabSize() - 1) + ")");
+    SamplingOptions so = applySampling(s.samplingDefaults(), gc);
+    m_jobKind = oneStep ? Stepping : Generating;
+    startJob(request, [this, &s, prompt, so, gc, oneStep, request] {
+        std::string text;
+        auto onToken = [&](const TokenPiece& p) {
+            text += p.text;
+            if (p.id >= 0)
+                emit(ojson{{"event", "token"}, {"token", p.id}, {"text", p.text}, {"index", p.index}}, request);
+        };
+        GenerationResult r = oneStep ? s.step(prompt, so, gc.unitDelayMs / 1000.0, onToken)
+                                     : s.generate(*prompt, so, onToken);
+        flushTelemetry(); // the step's trace arrives before its done
+        emit(doneEvent(r, text, s), request);
+    });
+}
+
+void Worker::unload(const json& request)
+{
+    std::unique_ptr<Session> gone;
+    {
+        std::lock_guard<std::mutex> lock(m_sessionMutex);
+        gone = std::move(m_session);
+    }
+    flushTelemetry();
+    {
+        std::lock_guard<std::mutex> lock(m_sessionMutex);
+        m_telemetry.reset();
+    }
+    const bool had = gone != nullptr;
+    gone.reset(); // releases every byte, then trims the heap
+    emit(ojson{{"event", "unloaded"}, {"was_loaded", had}, {"rss_bytes", processRssBytes()}}, request);
+}
+
+void Worker::handle(const std::string& line)
+{
+    json request = nullptr;
+    try {
+        json cmd = parseCommandLine(line); // throws InputError for malformed lines
+        if (cmd.contains("request"))
+            request = cmd["request"];
+        const std::string name = cmd["cmd"].get<std::string>();
+        if (name == "stop") {
+            checkFields(cmd, {});
+            // m_session only changes on this thread or inside a load job.
+            if (m_jobKind == Loading)
+                m_cancelLoad = true;
+            else if (m_busy && m_session)
+                m_session->requestStop();
+            return;
+        }
+        if (name == "quit") {
+            checkFields(cmd, {});
+            m_quit = true;
+            return;
+        }
+        if (m_busy)
+            throw InputError("", std::string("busy with ") + jobName(m_jobKind) +
+                                     ": wait for its last event, or send stop");
+        joinJob();
+        if (name == "load")
+            load(cmd, request);
+        else if (name == "generate")
+            generate(cmd, request, false);
+        else if (name == "step")
+            generate(cmd, request, true);
+        else if (name == "unload") {
+            checkFields(cmd, {});
+            unload(request);
+        } else
+            throw InputError("", "unknown command '" + name + "' (expected load, generate, step, stop, unload or quit)");
+    } catch (const InputError& e) {
+        error("input", e.what(), request);
+    } catch (const json::exception& e) {
+        error("input", std::string("bad command: ") + e.what(), request);
+    } catch (const std::exception& e) {
+        error("internal", e.what(), request);
+    }
+}
+
+void Worker::shutdown()
+{
+    if (m_busy && m_session)
+        m_session->requestStop();
+    m_cancelLoad = true;
+    joinJob();
+    {
+        std::lock_guard<std::mutex> lock(m_pumpWake);
+        m_quit = true;
+    }
+    m_pumpCv.notify_all();
+    if (m_pump.joinable())
+        m_pump.join();
+    m_session.reset();
+}
+
+int Worker::serve()
+{
+    std::signal(SIGPIPE, SIG_IGN); // a vanished client shows as a failed write, not a signal
+    emit(helloEvent());
+    m_pump = std::thread([this] { pumpLoop(); });
+    LineReader reader(STDIN_FILENO, kMaxLineBytes);
+    std::string line;
+    while (!m_quit) {
+        const auto got = reader.next(line);
+        if (got == LineReader::End)
+            break;
+        if (got == LineReader::TooLong) {
+            error("input", "a command line longer than " + std::to_string(kMaxLineBytes) + " bytes was skipped", nullptr);
+            continue;
+        }
+        if (line.find_first_not_of(" \t\r") == std::string::npos)
+            continue; // blank lines are allowed
+        handle(line);
+    }
+    shutdown();
+    return 0;
+}
+
+} // namespace
+} // namespace stowage::cli
+
+extern "C" int stowage_cli_worker(int argc, char** argv)
+{
+    if (argc > 0) {
+        std::fprintf(stderr, "stowage-cli: worker takes no arguments (it reads commands on stdin; see "
+                             "docs/worker-protocol.md)\n");
+        (void)argv;
+        return 2;
+    }
+    try {
+        stowage::cli::Worker worker;
+        return worker.serve();
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "stowage-cli: internal error: %s\n", e.what());
+        return 1;
+    }
+}

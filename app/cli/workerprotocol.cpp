@@ -1,0 +1,418 @@
+#include "workerprotocol.h"
+
+#include "stowage/costmodel.h"
+#include "stowage/error.h"
+#include "stowage/fileio.h"
+
+#include <cerrno>
+#include <cmath>
+#include <limits>
+#include <unistd.h>
+
+namespace stowage::cli {
+namespace {
+
+using json = nlohmann::json;
+using ojson = nlohmann::ordered_json;
+
+constexpr int kMaxDepth = 32; // commands are flat; deeper nesting is refused before parsing
+
+InputError fieldError(const std::string& name, const std::string& expected)
+{
+    return InputError("", "field \"" + name + "\" must be " + expected);
+}
+
+// The deepest bracket nesting outside strings.
+int nestingDepth(const std::string& text)
+{
+    int depth = 0, deepest = 0;
+    bool inString = false, escaped = false;
+    for (char c : text) {
+        if (inString) {
+            if (escaped)
+                escaped = false;
+            else if (c == '\\')
+                escaped = true;
+            else if (c == '"')
+                inString = false;
+        } else if (c == '"') {
+            inString = true;
+        } else if (c == '[' || c == '{') {
+            deepest = std::max(deepest, ++depth);
+        } else if (c == ']' || c == '}') {
+            --depth;
+        }
+    }
+    return deepest;
+}
+
+const json* find(const json& cmd, const char* name)
+{
+    auto it = cmd.find(name);
+    return it == cmd.end() || it->is_null() ? nullptr : &*it;
+}
+
+std::optional<std::string> stringField(const json& cmd, const char* name)
+{
+    const json* v = find(cmd, name);
+    if (!v)
+        return std::nullopt;
+    if (!v->is_string())
+        throw fieldError(name, "a string");
+    return v->get<std::string>();
+}
+
+std::optional<bool> boolField(const json& cmd, const char* name)
+{
+    const json* v = find(cmd, name);
+    if (!v)
+        return std::nullopt;
+    if (!v->is_boolean())
+        throw fieldError(name, "true or false");
+    return v->get<bool>();
+}
+
+std::optional<double> numberField(const json& cmd, const char* name, double lo, double hi, bool whole)
+{
+    const json* v = find(cmd, name);
+    if (!v)
+        return std::nullopt;
+    const std::string range = " from " + ojson(lo).dump() + " to " + ojson(hi).dump();
+    if (!v->is_number())
+        throw fieldError(name, std::string(whole ? "a whole number" : "a number") + range);
+    const double x = v->get<double>();
+    if (!std::isfinite(x) || x < lo || x > hi || (whole && std::floor(x) != x))
+        throw fieldError(name, std::string(whole ? "a whole number" : "a number") + range + ", got " + v->dump());
+    return x;
+}
+
+} // namespace
+
+LineReader::Result LineReader::next(std::string& line)
+{
+    bool tooLong = false;
+    while (true) {
+        const size_t nl = m_buffer.find('\n', m_scanned);
+        if (nl != std::string::npos) {
+            if (tooLong || nl > m_max) {
+                m_buffer.erase(0, nl + 1);
+                m_scanned = 0;
+                return TooLong;
+            }
+            line.assign(m_buffer, 0, nl);
+            m_buffer.erase(0, nl + 1);
+            m_scanned = 0;
+            return Line;
+        }
+        m_scanned = m_buffer.size();
+        if (m_buffer.size() > m_max) {
+            tooLong = true; // keep reading to its end, holding nothing
+            m_buffer.clear();
+            m_scanned = 0;
+        }
+        if (m_eof) {
+            if (m_buffer.empty() && !tooLong)
+                return End;
+            line.swap(m_buffer); // a last line without a newline
+            m_buffer.clear();
+            m_scanned = 0;
+            return tooLong ? TooLong : Line;
+        }
+        char chunk[65536];
+        const ssize_t n = ::read(m_fd, chunk, sizeof(chunk));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            m_eof = true;
+        else
+            m_buffer.append(chunk, size_t(n));
+    }
+}
+
+json parseCommandLine(const std::string& line)
+{
+    if (nestingDepth(line) > kMaxDepth)
+        throw InputError("", "not a command: JSON nested deeper than " + std::to_string(kMaxDepth) + " levels");
+    json cmd;
+    try {
+        cmd = json::parse(line);
+    } catch (const json::parse_error& e) {
+        std::string what = e.what();
+        if (auto p = what.find("] "); p != std::string::npos)
+            what = what.substr(p + 2); // drop nlohmann's "[json.exception...]" tag
+        throw InputError("", "not JSON (" + what + ")");
+    }
+    if (!cmd.is_object())
+        throw InputError("", "a command must be a JSON object with a \"cmd\" field");
+    if (!cmd.contains("cmd") || !cmd["cmd"].is_string())
+        throw InputError("", "a command needs a \"cmd\" string (load, generate, step, stop, unload or quit)");
+    return cmd;
+}
+
+void checkFields(const json& cmd, const std::vector<std::string>& allowed)
+{
+    for (auto it = cmd.begin(); it != cmd.end(); ++it) {
+        const std::string& k = it.key();
+        if (k == "cmd" || k == "request" || std::find(allowed.begin(), allowed.end(), k) != allowed.end())
+            continue;
+        std::string list;
+        for (const auto& a : allowed)
+            list += (list.empty() ? "" : ", ") + a;
+        throw InputError("", "unknown field \"" + k + "\" in " + cmd["cmd"].get<std::string>() +
+                                 (list.empty() ? " (it takes none)" : " (it takes " + list + ")"));
+    }
+}
+
+LoadCommand parseLoad(const json& cmd)
+{
+    checkFields(cmd, {"path", "dtype", "device_map", "max_memory", "strategy", "no_split", "offload_buffers",
+                      "kv_cache", "offload_folder", "policy", "simulate_gpus", "hardware", "throttle", "threads"});
+    LoadCommand lc;
+    lc.path = stringField(cmd, "path").value_or("");
+    if (auto d = stringField(cmd, "dtype")) {
+        auto dt = dtypeFromTorchName(*d);
+        if (!dt || !dtypeIsFloating(*dt))
+            throw fieldError("dtype", "one of float32, float16, bfloat16, got \"" + *d + "\"");
+        lc.dtype = dt;
+    }
+    if (const json* m = find(cmd, "device_map")) {
+        if (!m->is_object())
+            throw fieldError("device_map", "an object of module names to devices");
+        lc.deviceMap = deviceMapFromJson(m->dump(), "device map");
+    }
+    if (const json* mm = find(cmd, "max_memory")) {
+        if (!mm->is_object())
+            throw fieldError("max_memory", "an object of devices to sizes, e.g. {\"0\": \"20GiB\", \"cpu\": \"64GB\"}");
+        Budgets b;
+        for (auto it = mm->begin(); it != mm->end(); ++it) {
+            auto d = Device::parse(it.key());
+            if (!d)
+                throw InputError("max_memory", "unknown device '" + it.key() +
+                                                   "' (use a GPU index such as 0, or cpu, or disk)");
+            const std::string what = "max_memory[\"" + it.key() + "\"]";
+            if (it->is_string())
+                b.push_back({*d, double(parseSize(it->get<std::string>(), what))});
+            else if (it->is_number() && it->get<double>() >= 0 && std::isfinite(it->get<double>()))
+                b.push_back({*d, std::floor(it->get<double>())});
+            else
+                throw InputError(what, "expected a size such as \"20GiB\" or a number of bytes, got " + it->dump());
+        }
+        lc.plan.maxMemory = normalizeBudgets(b);
+    }
+    if (auto s = stringField(cmd, "strategy")) {
+        auto st = strategyFromName(*s);
+        if (!st)
+            throw fieldError("strategy", "auto, balanced, balanced_low_0 or sequential, got \"" + *s + "\"");
+        lc.plan.strategy = *st;
+    }
+    if (const json* ns = find(cmd, "no_split")) {
+        if (!ns->is_array())
+            throw fieldError("no_split", "an array of module class names");
+        std::vector<std::string> classes;
+        for (const auto& c : *ns) {
+            if (!c.is_string())
+                throw fieldError("no_split", "an array of module class names");
+            classes.push_back(c.get<std::string>());
+        }
+        lc.plan.noSplit = classes;
+    }
+    lc.plan.offloadBuffers = boolField(cmd, "offload_buffers").value_or(false);
+    if (auto kv = stringField(cmd, "kv_cache")) {
+        int ctx = 0, batch = 1;
+        char x = 0, extra = 0;
+        const int n = std::sscanf(kv->c_str(), "%d%c%d%c", &ctx, &x, &batch, &extra);
+        if (!((n == 1) || (n == 3 && x == 'x')) || ctx <= 0 || batch <= 0)
+            throw fieldError("kv_cache", "\"CONTEXT\" or \"CONTEXTxBATCH\", e.g. \"4096\" or \"8192x4\"");
+        lc.kvContext = ctx;
+        lc.kvBatch = batch;
+    }
+    lc.load.offloadFolder = stringField(cmd, "offload_folder").value_or("");
+    if (auto p = stringField(cmd, "policy")) {
+        auto pol = policyFromName(*p);
+        if (!pol)
+            throw fieldError("policy", "accelerate-like, prefetch or compute-where-it-lives, got \"" + *p + "\"");
+        lc.load.policy = *pol;
+    }
+    lc.load.simulateGpus = boolField(cmd, "simulate_gpus").value_or(false);
+    if (auto h = stringField(cmd, "hardware")) {
+        const std::string ext = ".json";
+        lc.load.profile = h->size() > ext.size() && h->compare(h->size() - ext.size(), ext.size(), ext) == 0
+                              ? profileFromJson(readTextFile(*h), *h)
+                              : hardwarePreset(*h);
+    }
+    if (boolField(cmd, "throttle").value_or(false)) {
+        if (!lc.load.profile || lc.load.profile->gpus.empty())
+            throw InputError("", "\"throttle\" needs a \"hardware\" profile with a GPU, e.g. \"rtx4090\"");
+        const GpuProfile& g = lc.load.profile->gpus.front();
+        lc.load.simulatedPcieBytesPerSecond =
+            lc.load.policy == ExecutionPolicy::AccelerateLike ? g.h2dPageable : g.h2dPinned;
+    }
+    lc.load.threads = int(numberField(cmd, "threads", 0, 4096, true).value_or(0));
+    return lc;
+}
+
+GenerateCommand parseGenerate(const json& cmd, bool step)
+{
+    std::vector<std::string> fields{"prompt", "prompt_ids", "greedy", "temperature", "top_k", "top_p", "seed",
+                                    "ignore_eos"};
+    if (step)
+        fields.push_back("unit_delay_ms");
+    else
+        fields.push_back("max_new_tokens");
+    checkFields(cmd, fields);
+    GenerateCommand g;
+    g.prompt = stringField(cmd, "prompt");
+    if (const json* ids = find(cmd, "prompt_ids")) {
+        if (g.prompt)
+            throw InputError("", "give \"prompt\" or \"prompt_ids\", not both");
+        if (!ids->is_array())
+            throw fieldError("prompt_ids", "an array of token ids");
+        std::vector<int32_t> out;
+        for (const auto& v : *ids) {
+            if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > std::numeric_limits<int32_t>::max())
+                throw fieldError("prompt_ids", "an array of token ids (whole numbers from 0), got " + v.dump());
+            out.push_back(int32_t(v.get<int64_t>()));
+        }
+        if (out.empty())
+            throw fieldError("prompt_ids", "a non-empty array of token ids");
+        g.promptIds = out;
+    }
+    if (auto n = numberField(cmd, "max_new_tokens", 1, 1e6, true))
+        g.maxNewTokens = int(*n);
+    g.greedy = boolField(cmd, "greedy");
+    if (auto t = numberField(cmd, "temperature", 1e-6, 100, false))
+        g.temperature = float(*t);
+    if (auto k = numberField(cmd, "top_k", 0, 1e9, true))
+        g.topK = int(*k);
+    if (auto p = numberField(cmd, "top_p", 1e-6, 1, false))
+        g.topP = float(*p);
+    if (auto s = numberField(cmd, "seed", 0, 9e15, true))
+        g.seed = uint64_t(*s);
+    g.ignoreEos = boolField(cmd, "ignore_eos").value_or(false);
+    if (auto d = numberField(cmd, "unit_delay_ms", 0, 10000, false))
+        g.unitDelayMs = *d;
+    return g;
+}
+
+SamplingOptions applySampling(SamplingOptions s, const GenerateCommand& g)
+{
+    if (g.maxNewTokens)
+        s.maxNewTokens = *g.maxNewTokens;
+    const bool sampling = g.temperature || g.topK || g.topP || g.seed;
+    if (g.greedy)
+        s.greedy = *g.greedy;
+    else if (sampling)
+        s.greedy = false;
+    if (g.temperature)
+        s.temperature = *g.temperature;
+    if (g.topK)
+        s.topK = *g.topK;
+    if (g.topP)
+        s.topP = *g.topP;
+    if (g.seed)
+        s.seed = *g.seed;
+    if (g.ignoreEos)
+        s.stopIds.clear();
+    return s;
+}
+
+Budgets machineBudgets()
+{
+    MachineMemory m = detectMachineMemory();
+    Budgets b;
+    for (size_t i = 0; i < m.gpuFreeBytes.size(); ++i)
+        b.push_back({Device::gpu(int(i)), double(m.gpuFreeBytes[i])});
+    b.push_back({Device::cpu(), double(m.ramAvailableBytes)});
+    return b;
+}
+
+ojson helloEvent()
+{
+    ojson policies = ojson::array();
+    for (auto p : {ExecutionPolicy::AccelerateLike, ExecutionPolicy::Prefetch, ExecutionPolicy::ComputeWhereItLives})
+        policies.push_back(policyName(p));
+    return ojson{{"event", "hello"},
+                 {"protocol", kWorkerProtocolVersion},
+                 {"runtime", runtimeDescription()},
+                 {"cuda", cudaAvailable()},
+                 {"families", runnableModelTypes()},
+                 {"policies", policies},
+                 {"pid", int64_t(getpid())}};
+}
+
+ojson sampleEvent(const MemorySample& s)
+{
+    ojson e{{"event", "sample"}, {"t", s.t}};
+    e["resident"] = ojson::object();
+    for (const auto& [d, b] : s.residentBytes)
+        e["resident"][d] = b;
+    if (!s.cudaAllocatedBytes.empty()) {
+        e["cuda_allocated"] = ojson::object();
+        for (const auto& [d, b] : s.cudaAllocatedBytes)
+            e["cuda_allocated"][d] = b;
+    }
+    e["h2d_bytes"] = s.h2dBytes;
+    e["disk_read_bytes"] = s.diskReadBytes;
+    e["rss_bytes"] = s.rssBytes;
+    return e;
+}
+
+std::vector<ojson> traceEvents(const std::vector<TraceEvent>& events, uint64_t missed)
+{
+    std::vector<ojson> out;
+    constexpr size_t kBatch = 1024;
+    for (size_t i = 0; i < events.size(); i += kBatch) {
+        ojson batch = ojson::array();
+        for (size_t k = i; k < std::min(events.size(), i + kBatch); ++k) {
+            const TraceEvent& t = events[k];
+            ojson e{{"kind", traceKindName(t.kind)}, {"unit", t.unit}, {"device", t.device}, {"step", t.step},
+                    {"t0", t.t0}, {"t1", t.t1}};
+            if (!t.tensor.empty())
+                e["tensor"] = t.tensor;
+            if (t.bytes)
+                e["bytes"] = t.bytes;
+            batch.push_back(std::move(e));
+        }
+        ojson ev{{"event", "trace"}, {"events", std::move(batch)}};
+        if (i == 0 && missed)
+            ev["missed"] = missed;
+        out.push_back(std::move(ev));
+    }
+    return out;
+}
+
+ojson loadedEvent(Session& s)
+{
+    ojson e{{"event", "loaded"}, {"model_type", s.model().modelType()}, {"load_s", s.loadSeconds()}};
+    e["device_map"] = ojson::parse(deviceMapToJson(s.deviceMap()));
+    ojson devices = ojson::array();
+    for (const DevicePlacement& p : s.placement())
+        devices.push_back({{"device", p.device},
+                           {"planned_bytes", p.plannedBytes},
+                           {"actual_bytes", p.actualBytes},
+                           {"description", p.description}});
+    e["devices"] = devices;
+    ojson units = ojson::array();
+    for (const auto& u : s.model().units())
+        units.push_back({{"name", u}, {"device", s.model().unitDevice(u)}});
+    e["units"] = units;
+    e["vocab_size"] = s.model().vocabSize();
+    e["tokenizer"] = s.tokenizer() != nullptr;
+    return e;
+}
+
+ojson doneEvent(const GenerationResult& r, const std::string& text, Session& s)
+{
+    ojson e{{"event", "done"}, {"token_ids", r.tokens}, {"text", text}, {"stopped", r.stopped}};
+    e["timings"] = {{"prefill_s", r.prefillSeconds},
+                    {"decode_s", r.decodeSeconds},
+                    {"decode_tokens_per_s", r.decodeTokensPerSecond()}};
+    Telemetry& t = s.telemetry();
+    e["peak_bytes"] = ojson::object();
+    for (const auto& [d, b] : t.peak())
+        e["peak_bytes"][d] = b;
+    e["traffic"] = {{"host_to_device_bytes", t.h2dBytes()}, {"disk_read_bytes", t.diskReadBytes()}};
+    return e;
+}
+
+} // namespace stowage::cli

@@ -1,0 +1,189 @@
+#include "workerclient.h"
+
+#include <QCoreApplication>
+#include <QDir>
+#include <QJsonDocument>
+#include <QPointer>
+#include <QTimer>
+
+#include <cstring>
+
+#include <csignal>
+
+namespace stowage {
+namespace {
+constexpr qsizetype kMaxLine = 64 << 20;   // an event line longer than this is a broken worker
+constexpr qsizetype kMaxStderr = 64 << 10; // the tail of stderr kept for messages
+} // namespace
+
+WorkerClient::WorkerClient(QString program, QObject* parent)
+    : QObject(parent), m_program(program.isEmpty() ? defaultProgram() : std::move(program))
+{
+}
+
+WorkerClient::~WorkerClient()
+{
+    if (m_process) {
+        m_process->disconnect(this);
+        if (m_process->state() != QProcess::NotRunning) {
+            m_process->kill(); // no event loop to wait in: kill, and reap it
+            m_process->waitForFinished(5000);
+        }
+    }
+}
+
+QString WorkerClient::defaultProgram()
+{
+    const QByteArray env = qgetenv("STOWAGE_CLI");
+    if (!env.isEmpty())
+        return QString::fromLocal8Bit(env);
+    return QDir(QCoreApplication::applicationDirPath()).filePath("stowage-cli");
+}
+
+void WorkerClient::start()
+{
+    if (m_process) {
+        // The old process, if still there, no longer reports to us.
+        m_process->disconnect(this);
+        if (m_process->state() != QProcess::NotRunning)
+            m_process->kill();
+        m_process->deleteLater();
+    }
+    m_buffer.clear();
+    m_stderr.clear();
+    m_userStopped = false;
+    m_lastActivity = tr("starting");
+    m_process = new QProcess(this);
+    m_process->setProgram(m_program);
+    m_process->setArguments({"worker"});
+    connect(m_process, &QProcess::readyReadStandardOutput, this, &WorkerClient::readStdout);
+    connect(m_process, &QProcess::readyReadStandardError, this, &WorkerClient::readStderr);
+    connect(m_process, &QProcess::finished, this, &WorkerClient::finished);
+    connect(m_process, &QProcess::errorOccurred, this, [this](QProcess::ProcessError e) {
+        if (e == QProcess::FailedToStart)
+            emit ended(-1, QProcess::CrashExit,
+                       tr("the worker could not be started (%1): %2").arg(m_program, m_process->errorString()));
+    });
+    m_process->start();
+}
+
+bool WorkerClient::isRunning() const { return m_process && m_process->state() != QProcess::NotRunning; }
+
+qint64 WorkerClient::processId() const { return m_process ? m_process->processId() : 0; }
+
+void WorkerClient::send(const QJsonObject& command)
+{
+    if (!isRunning())
+        return;
+    const QString cmd = command.value("cmd").toString();
+    if (cmd == "load")
+        m_lastActivity = tr("loading");
+    else if (cmd == "generate")
+        m_lastActivity = tr("generating");
+    else if (cmd == "step")
+        m_lastActivity = tr("stepping one token");
+    else if (cmd == "unload")
+        m_lastActivity = tr("unloading");
+    QByteArray line = QJsonDocument(command).toJson(QJsonDocument::Compact);
+    line.append('\n');
+    m_process->write(line);
+}
+
+void WorkerClient::shutdown(int graceMs)
+{
+    if (!isRunning())
+        return;
+    m_userStopped = true;
+    send(QJsonObject{{"cmd", "quit"}});
+    m_process->closeWriteChannel();
+    QPointer<QProcess> p = m_process;
+    QTimer::singleShot(graceMs, this, [p] {
+        if (p && p->state() != QProcess::NotRunning)
+            p->terminate();
+    });
+    QTimer::singleShot(2 * graceMs, this, [p] {
+        if (p && p->state() != QProcess::NotRunning)
+            p->kill();
+    });
+}
+
+void WorkerClient::readStdout()
+{
+    m_buffer.append(m_process->readAllStandardOutput());
+    qsizetype start = 0;
+    while (true) {
+        const qsizetype nl = m_buffer.indexOf('\n', start);
+        if (nl < 0)
+            break;
+        handleLine(m_buffer.mid(start, nl - start));
+        start = nl + 1;
+        if (!m_process)
+            return;
+    }
+    m_buffer.remove(0, start);
+    if (m_buffer.size() > kMaxLine) {
+        emit protocolError(tr("the worker wrote %1 bytes without a line end").arg(m_buffer.size()));
+        m_buffer.clear();
+        m_process->kill();
+    }
+}
+
+void WorkerClient::handleLine(const QByteArray& line)
+{
+    if (line.trimmed().isEmpty())
+        return;
+    QJsonParseError err{};
+    const QJsonDocument doc = QJsonDocument::fromJson(line, &err);
+    if (err.error != QJsonParseError::NoError || !doc.isObject() || !doc.object().value("event").isString()) {
+        emit protocolError(tr("the worker wrote a line that is not an event: %1").arg(QString::fromUtf8(line.left(200))));
+        return;
+    }
+    const QJsonObject e = doc.object();
+    const QString kind = e.value("event").toString();
+    if (kind == "token")
+        m_lastActivity = tr("generating (token %1)").arg(e.value("index").toInt() + 1);
+    else if (kind == "progress")
+        m_lastActivity = tr("loading (%1%)").arg(qRound(e.value("fraction").toDouble() * 100));
+    else if (kind == "loaded" || kind == "done" || kind == "unloaded" || kind == "cancelled" || kind == "error")
+        m_lastActivity = tr("idle");
+    emit eventReceived(e);
+    if (kind == "hello")
+        emit hello(e);
+    else if (kind == "token")
+        emit tokenReceived(e.value("token").toInt(), e.value("text").toString(), e.value("index").toInt());
+    else if (kind == "error")
+        emit errorReceived(e.value("kind").toString(), e.value("message").toString());
+}
+
+void WorkerClient::readStderr()
+{
+    m_stderr += QString::fromLocal8Bit(m_process->readAllStandardError());
+    if (m_stderr.size() > kMaxStderr)
+        m_stderr = m_stderr.right(kMaxStderr);
+}
+
+QString WorkerClient::describeEnd(int exitCode, QProcess::ExitStatus status, bool userStopped, const QString& activity)
+{
+    QString what;
+    if (status == QProcess::NormalExit) {
+        what = exitCode == 0 ? tr("the worker exited") : tr("the worker exited with status %1").arg(exitCode);
+    } else if (exitCode == SIGKILL) {
+        what = tr("the worker was killed by signal 9 (SIGKILL: killed by hand, or by the kernel when memory ran out)");
+    } else if (exitCode > 0 && exitCode < 64) {
+        what = tr("the worker was killed by signal %1 (%2)").arg(exitCode).arg(QString::fromLocal8Bit(strsignal(exitCode)));
+    } else {
+        what = tr("the worker crashed");
+    }
+    if (userStopped)
+        return what + tr(" after it was asked to stop");
+    return activity.isEmpty() ? what : what + tr(" while %1").arg(activity);
+}
+
+void WorkerClient::finished(int exitCode, QProcess::ExitStatus status)
+{
+    readStdout(); // the last complete lines
+    const QString description = describeEnd(exitCode, status, m_userStopped, m_lastActivity);
+    emit ended(exitCode, status, description);
+}
+
+} // namespace stowage

@@ -1,0 +1,268 @@
+// The session: checkpoint, module tree, map, tokenizer and model held
+// together, with the prompt rules every front end shares.
+#include "stowage/session.h"
+
+#include "stowage/error.h"
+#include "stowage/tokenizer.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <malloc.h>
+
+namespace stowage {
+
+struct Session::Impl {
+    // Declared in this order so the model (which refers to the checkpoint
+    // and the tree) goes first when the session is destroyed.
+    std::unique_ptr<Checkpoint> checkpoint;
+    std::unique_ptr<ModuleTree> tree;
+    DeviceMap map;
+    std::unique_ptr<Tokenizer> tokenizer;
+    std::string tokenizerProblem; // why there is none
+    std::shared_ptr<Telemetry> telemetry;
+    std::atomic<bool> stop{false};
+    std::unique_ptr<Model> model;
+    double loadSeconds = 0;
+    std::vector<int32_t> context;
+    size_t promptLength = 0;
+
+    std::optional<nlohmann::json> sideJson(const std::string& name) const
+    {
+        auto text = checkpoint->readSideFile(name);
+        if (!text)
+            return std::nullopt;
+        auto j = nlohmann::json::parse(*text, nullptr, false);
+        if (!j.is_object())
+            return std::nullopt; // unreadable side files fall back to the defaults, as transformers warns and goes on
+        return j;
+    }
+    GenerationResult next(const SamplingOptions& sampling, const std::function<void(const TokenPiece&)>& onToken);
+};
+
+Session::Session(std::unique_ptr<Impl> impl) : m_impl(std::move(impl)) {}
+
+Session::~Session()
+{
+    m_impl->model.reset();
+    m_impl->telemetry->stopSampling();
+    m_impl.reset();
+    // Hand freed heap pages back to the system, so unloading shows in RSS.
+    malloc_trim(0);
+}
+
+std::unique_ptr<Session> Session::open(const SessionOptions& options, const ProgressFn& progress)
+{
+    const auto t0 = std::chrono::steady_clock::now();
+    auto impl = std::make_unique<Impl>();
+    impl->checkpoint = std::make_unique<Checkpoint>(Checkpoint::open(options.path));
+    impl->tree = std::make_unique<ModuleTree>(buildModuleTree(*impl->checkpoint, options.dtype));
+    if (options.deviceMap) {
+        MapCheck check = validateDeviceMap(*impl->tree, *options.deviceMap);
+        if (!check.errors.empty())
+            throw InputError("device map", check.errors.front());
+        impl->map = *options.deviceMap;
+    } else {
+        impl->map = planDeviceMap(*impl->tree, options.plan).deviceMap;
+    }
+    try {
+        impl->tokenizer = Tokenizer::load(*impl->checkpoint);
+    } catch (const InputError& e) {
+        impl->tokenizerProblem = e.what();
+    }
+
+    LoadOptions lo = options.load;
+    lo.deviceMap = impl->map;
+    lo.dtype = impl->tree->dtype();
+    if (options.plan.maxMemory)
+        for (const auto& b : *options.plan.maxMemory)
+            if (b.device.kind == Device::Gpu)
+                lo.gpuBudgets.push_back(b);
+    impl->telemetry = lo.telemetry ? lo.telemetry : std::make_shared<Telemetry>();
+    impl->telemetry->startSampling(20); // samples during the load too
+    lo.telemetry = impl->telemetry;
+    impl->model = Model::load(*impl->checkpoint, *impl->tree, lo, progress);
+    impl->model->setInterrupt(&impl->stop);
+    impl->loadSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return std::unique_ptr<Session>(new Session(std::move(impl)));
+}
+
+const Checkpoint& Session::checkpoint() const { return *m_impl->checkpoint; }
+const ModuleTree& Session::tree() const { return *m_impl->tree; }
+const DeviceMap& Session::deviceMap() const { return m_impl->map; }
+const Tokenizer* Session::tokenizer() const { return m_impl->tokenizer.get(); }
+Model& Session::model() { return *m_impl->model; }
+Telemetry& Session::telemetry() { return *m_impl->telemetry; }
+double Session::loadSeconds() const { return m_impl->loadSeconds; }
+const std::vector<int32_t>& Session::context() const { return m_impl->context; }
+void Session::requestStop() { m_impl->stop = true; }
+
+std::vector<DevicePlacement> Session::placement() const
+{
+    std::map<Device, DevicePlacement> by;
+    for (const auto& [key, device] : m_impl->map)
+        by[device].device = device.name();
+    for (const Param& p : m_impl->tree->params())
+        if (auto d = deviceFor(m_impl->map, p.name))
+            by[*d].plannedBytes += m_impl->tree->paramBytes(p);
+    const auto resident = m_impl->telemetry->resident();
+    for (auto& [device, pl] : by)
+        if (auto it = resident.find(pl.device); it != resident.end())
+            pl.actualBytes = it->second;
+    const auto descriptions = m_impl->model->deviceDescriptions();
+    std::vector<DevicePlacement> out;
+    for (auto& [device, pl] : by) {
+        pl.description = pl.device;
+        for (const auto& d : descriptions)
+            if (d == pl.device || d.rfind(pl.device + " ", 0) == 0)
+                pl.description = d;
+        out.push_back(pl);
+    }
+    return out;
+}
+
+std::vector<int32_t> Session::encodePrompt(const std::string& text) const
+{
+    const Tokenizer* tok = m_impl->tokenizer.get();
+    if (!tok)
+        throw InputError("prompt", "this checkpoint has no tokenizer to encode text with (" + m_impl->tokenizerProblem +
+                                       "); give token ids instead");
+    std::vector<int32_t> ids = tok->encode(text);
+    bool addBos = false;
+    if (auto cfg = m_impl->sideJson("tokenizer_config.json"); cfg && cfg->contains("add_bos_token") &&
+                                                               (*cfg)["add_bos_token"].is_boolean()) {
+        addBos = (*cfg)["add_bos_token"].get<bool>();
+    } else {
+        // Llama-style and OPT tokenizers put BOS first, as transformers' encode does by default.
+        const std::string type = m_impl->checkpoint->config() ? m_impl->checkpoint->config()->modelType() : "";
+        addBos = type == "llama" || type == "mistral" || type == "opt";
+    }
+    if (tok->bosId() && addBos)
+        ids.insert(ids.begin(), *tok->bosId());
+    if (ids.empty() && tok->bosId())
+        ids.push_back(*tok->bosId());
+    if (ids.empty())
+        throw InputError("prompt", "the prompt is empty and the tokenizer has no BOS token to start from");
+    return ids;
+}
+
+SamplingOptions Session::samplingDefaults() const
+{
+    SamplingOptions s;
+    auto ids = [](const nlohmann::json& v) {
+        std::vector<int32_t> out;
+        if (v.is_number_integer())
+            out.push_back(v.get<int32_t>());
+        else if (v.is_array())
+            for (const auto& x : v)
+                if (x.is_number_integer())
+                    out.push_back(x.get<int32_t>());
+        return out;
+    };
+    const auto gen = m_impl->sideJson("generation_config.json");
+    if (gen) {
+        const nlohmann::json& g = *gen;
+        if (g.contains("do_sample") && g["do_sample"].is_boolean())
+            s.greedy = !g["do_sample"].get<bool>();
+        if (g.contains("temperature") && g["temperature"].is_number() && g["temperature"].get<double>() > 0)
+            s.temperature = g["temperature"].get<float>();
+        if (g.contains("top_k") && g["top_k"].is_number_integer() && g["top_k"].get<int64_t>() >= 0)
+            s.topK = int(std::min<int64_t>(g["top_k"].get<int64_t>(), 1 << 30));
+        if (g.contains("top_p") && g["top_p"].is_number() && g["top_p"].get<double>() > 0 && g["top_p"].get<double>() <= 1)
+            s.topP = g["top_p"].get<float>();
+        if (g.contains("eos_token_id"))
+            s.stopIds = ids(g["eos_token_id"]);
+    }
+    if (s.stopIds.empty() && m_impl->checkpoint->config() && m_impl->checkpoint->config()->raw().contains("eos_token_id"))
+        s.stopIds = ids(m_impl->checkpoint->config()->raw()["eos_token_id"]);
+    return s;
+}
+
+GenerationResult Session::generate(const std::vector<int32_t>& prompt, const SamplingOptions& sampling,
+                                   const std::function<void(const TokenPiece&)>& onToken)
+{
+    m_impl->stop = false;
+    m_impl->model->setUnitDelay(0);
+    m_impl->context = prompt;
+    m_impl->promptLength = prompt.size();
+    std::unique_ptr<StreamDecoder> stream;
+    if (m_impl->tokenizer)
+        stream = std::make_unique<StreamDecoder>(*m_impl->tokenizer, /*skipSpecial=*/true);
+    int index = 0;
+    SamplingOptions o = sampling;
+    o.stop = &m_impl->stop;
+    GenerationResult r = stowage::generate(*m_impl->model, prompt, o, [&](int32_t id) {
+        m_impl->context.push_back(id);
+        if (onToken)
+            onToken({id, stream ? stream->push(id) : std::string(), index});
+        ++index;
+        return true;
+    });
+    if (stream && onToken) {
+        // Text still held back (an unfinished UTF-8 sequence) as a last piece without a token.
+        if (std::string rest = stream->finish(); !rest.empty())
+            onToken({-1, rest, -1});
+    }
+    return r;
+}
+
+GenerationResult Session::step(const std::optional<std::vector<int32_t>>& prompt, const SamplingOptions& sampling,
+                               double unitDelay, const std::function<void(const TokenPiece&)>& onToken)
+{
+    Impl& d = *m_impl;
+    d.stop = false;
+    if (prompt) {
+        d.context = *prompt;
+        d.promptLength = prompt->size();
+        d.model->resetCache();
+    }
+    if (d.context.empty())
+        throw InputError("prompt", "there is nothing to continue: give a prompt for the first step");
+    d.model->setUnitDelay(unitDelay);
+    SamplingOptions o = sampling;
+    o.stop = &d.stop;
+    GenerationResult r = d.next(o, onToken);
+    d.model->setUnitDelay(0);
+    return r;
+}
+
+GenerationResult Session::Impl::next(const SamplingOptions& o, const std::function<void(const TokenPiece&)>& onToken)
+{
+    GenerationResult r;
+    const size_t generated = context.size() - promptLength;
+    const auto t0 = std::chrono::steady_clock::now();
+    telemetry->setStep(int64_t(generated));
+    std::vector<float> logits;
+    try {
+        if (generated > 0 && size_t(model->cachedTokens()) + 1 == context.size()) {
+            logits = model->forward({context.back()}); // the cache holds all but the newest token
+        } else {
+            model->resetCache();
+            logits = model->forward(context);
+        }
+    } catch (const Stopped&) {
+        r.stopped = true;
+        return r;
+    }
+    const int32_t id = sampleToken(logits, o, uint64_t(generated));
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    (generated == 0 ? r.prefillSeconds : r.decodeSeconds) = seconds;
+    r.tokens.push_back(id);
+    context.push_back(id);
+    if (onToken) {
+        // The piece this token adds to the text decoded so far.
+        std::string piece;
+        if (tokenizer) {
+            const std::vector<int32_t> before(context.begin() + long(promptLength), context.end() - 1);
+            const std::vector<int32_t> after(context.begin() + long(promptLength), context.end());
+            const std::string a = tokenizer->decode(before, true), b = tokenizer->decode(after, true);
+            piece = b.compare(0, a.size(), a) == 0 ? b.substr(a.size()) : b;
+        }
+        onToken({id, piece, int(generated)});
+    }
+    return r;
+}
+
+} // namespace stowage

@@ -1,0 +1,515 @@
+// The worker process (`stowage-cli worker`) driven through QProcess by the
+// window's own client (WorkerClient): the same tokens as `stowage-cli run`,
+// live samples and trace, stop, SIGKILL, memory back after unload, and bad
+// protocol input that never stops it serving.
+#include "fixtures.h"
+#include "workerclient.h"
+
+#include <QElapsedTimer>
+#include <QFile>
+#include <QJsonArray>
+#include <QSignalSpy>
+#include <QtTest>
+
+#include <algorithm>
+#include <csignal>
+#include <filesystem>
+#include <map>
+#include <set>
+
+using namespace stowage;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A worker and everything it said, with waits for a given event.
+class Harness : public QObject {
+public:
+    Harness() : client(QStringLiteral(STOWAGE_CLI))
+    {
+        connect(&client, &WorkerClient::eventReceived, this, [this](const QJsonObject& e) {
+            events.push_back(e);
+            times.push_back(clock.elapsed());
+        });
+        connect(&client, &WorkerClient::ended, this, [this](int code, QProcess::ExitStatus status, const QString& d) {
+            endedCode = code;
+            endedStatus = status;
+            endedDescription = d;
+            ended = true;
+        });
+        clock.start();
+    }
+    // The index of the first event named `name` at or after `from`, waiting
+    // up to `ms` (a hang guard: the events come within seconds); -1 if none.
+    int waitFor(const QString& name, int from = 0, int ms = 60000)
+    {
+        QElapsedTimer t;
+        t.start();
+        while (true) {
+            for (int i = from; i < int(events.size()); ++i)
+                if (events[size_t(i)].value("event").toString() == name)
+                    return i;
+            if (ended || t.elapsed() > ms)
+                return -1;
+            QTest::qWait(5);
+        }
+    }
+    int count(const QString& name, int from = 0, int to = -1) const
+    {
+        int n = 0;
+        for (int i = from; i < (to < 0 ? int(events.size()) : to); ++i)
+            n += events[size_t(i)].value("event").toString() == name;
+        return n;
+    }
+    int start()
+    {
+        client.start();
+        return waitFor("hello");
+    }
+    WorkerClient client;
+    std::vector<QJsonObject> events;
+    std::vector<qint64> times; // ms since the harness started, per event
+    QElapsedTimer clock;
+    bool ended = false;
+    int endedCode = 0;
+    QProcess::ExitStatus endedStatus = QProcess::NormalExit;
+    QString endedDescription;
+};
+
+std::vector<int32_t> idsOf(const QJsonValue& v)
+{
+    std::vector<int32_t> out;
+    for (const auto& x : v.toArray())
+        out.push_back(x.toInt());
+    return out;
+}
+
+// Anonymous resident memory of a process, from /proc/PID/status (bytes).
+qint64 rssAnon(qint64 pid)
+{
+    QFile f(QStringLiteral("/proc/%1/status").arg(pid));
+    if (!f.open(QIODevice::ReadOnly))
+        return -1;
+    for (const QByteArray& line : f.readAll().split('\n'))
+        if (line.startsWith("RssAnon:"))
+            return line.mid(8).trimmed().split(' ').value(0).toLongLong() * 1024;
+    return -1;
+}
+
+} // namespace
+
+class TestWorker : public QObject {
+    Q_OBJECT
+    QTemporaryDir m_tmp;
+    QString m_tiny, m_mid, m_slowProfile, m_mediumProfile;
+    QJsonObject throttledLoad(const QString& profile) const;
+private slots:
+    void initTestCase();
+    void greedyTokensEqualRun();
+    void samplesAndTraceDuringLoadAndGeneration();
+    void stepRunsOneTokenUnitByUnit();
+    void stopDuringThrottledRun();
+    void cancelDuringLoad();
+    void sigkillIsReported();
+    void unloadGivesMemoryBack();
+    void badProtocolInputKeepsServing();
+};
+
+void TestWorker::initTestCase()
+{
+    QVERIFY(m_tmp.isValid());
+    m_tiny = m_tmp.path() + "/tiny";
+    fs::create_directories(m_tiny.toStdString());
+    fixtures::writeTinyGpt2(m_tiny.toStdString(), DType::BF16, 4, 9);
+    // ~7.6 M parameters stored as bf16, computed in fp32: 30 MB of copies that unload must give back.
+    m_mid = m_tmp.path() + "/mid";
+    fs::create_directories(m_mid.toStdString());
+    fixtures::Gpt2Shape s{5000, 256, 256, 8};
+    fixtures::writeRandomSafetensors(m_mid.toStdString() + "/model.safetensors", fixtures::gpt2Tensors(s, DType::BF16), 3);
+    nlohmann::json c = fixtures::gpt2Config(s, DType::BF16);
+    c["n_head"] = 8;
+    fixtures::writeJson(m_mid.toStdString() + "/config.json", c);
+    // Hardware profiles whose PCIe copies crawl, so a step takes long enough to stop it mid-way.
+    auto profile = [&](const QString& name, double pcie) {
+        nlohmann::json gpu{{"name", "slow test GPU"}, {"memoryBytes", 1000000000}, {"memoryBandwidth", 1e11},
+                           {"h2dPinned", pcie}, {"h2dPageable", pcie}, {"flops", 1e12}};
+        nlohmann::json p{{"name", "slow test machine"}, {"ramBytes", 1000000000}, {"ramBandwidth", 1e10},
+                         {"diskReadBandwidth", 1e9}, {"cpuFlops", 1e11}, {"gpus", {gpu}}};
+        const QString path = m_tmp.path() + "/" + name + ".json";
+        fixtures::writeJson(path.toStdString(), p);
+        return path;
+    };
+    m_slowProfile = profile("slow", 20000);       // ~0.5 s per tiny layer copy
+    m_mediumProfile = profile("medium", 400000);  // ~30 ms per tiny layer copy
+}
+
+// The tiny model's layers in RAM, computed on a simulated GPU 0 whose PCIe
+// copies run at the profile's speed.
+QJsonObject TestWorker::throttledLoad(const QString& profile) const
+{
+    return QJsonObject{{"cmd", "load"},
+                       {"path", m_tiny},
+                       {"dtype", "float32"},
+                       {"device_map", QJsonObject{{"transformer.wte", 0},
+                                                  {"transformer.wpe", 0},
+                                                  {"transformer.h", "cpu"},
+                                                  {"transformer.ln_f", 0},
+                                                  {"lm_head", 0}}},
+                       {"simulate_gpus", true},
+                       {"hardware", profile},
+                       {"throttle", true},
+                       {"policy", "accelerate-like"}};
+}
+
+void TestWorker::greedyTokensEqualRun()
+{
+    // cpu budget below the model: the rest goes to disk, converted into an offload folder
+    const QString off = m_tmp.path() + "/off-worker";
+    auto run = fixtures::runCli({"run", m_tiny, "--prompt-ids", "4,8,15,16,23,42", "--max-new-tokens", "24",
+                                 "--ignore-eos", "--dtype", "float32", "--max-memory", "cpu=20000", "--offload-folder",
+                                 off, "--json"});
+    QCOMPARE(run.exitCode, 0);
+    const auto j = nlohmann::json::parse(run.out.toStdString());
+    const auto expected = j["token_ids"].get<std::vector<int32_t>>();
+    QCOMPARE(expected.size(), size_t(24));
+    QVERIFY(j["device_map"].dump().find("disk") != std::string::npos);
+
+    Harness h;
+    const int hello = h.start();
+    QVERIFY(hello >= 0);
+    const QJsonObject hi = h.events[size_t(hello)];
+    QCOMPARE(hi.value("protocol").toInt(), 1);
+    QVERIFY(hi.value("families").toArray().contains("gpt2"));
+    h.client.send({{"cmd", "load"},
+                   {"path", m_tiny},
+                   {"dtype", "float32"},
+                   {"max_memory", QJsonObject{{"cpu", 20000}}},
+                   {"offload_folder", off},
+                   {"request", 7}});
+    const int loaded = h.waitFor("loaded");
+    QVERIFY2(loaded >= 0, qPrintable(h.client.stderrLog()));
+    const QJsonObject l = h.events[size_t(loaded)];
+    QCOMPARE(l.value("request").toInt(), 7);
+    QVERIFY(QJsonDocument(l.value("device_map").toObject()).toJson().contains("disk"));
+    // planned vs actual bytes per device: the cpu holds what the plan put there
+    bool sawCpu = false;
+    for (const auto& d : l.value("devices").toArray()) {
+        const QJsonObject o = d.toObject();
+        if (o.value("device").toString() == "cpu") {
+            sawCpu = true;
+            QVERIFY(o.value("planned_bytes").toDouble() > 0);
+            QCOMPARE(o.value("actual_bytes").toDouble(), o.value("planned_bytes").toDouble());
+        }
+    }
+    QVERIFY(sawCpu);
+    QVERIFY(h.count("progress", 0, loaded) >= 1);
+
+    h.client.send({{"cmd", "generate"},
+                   {"prompt_ids", QJsonArray{4, 8, 15, 16, 23, 42}},
+                   {"max_new_tokens", 24},
+                   {"greedy", true},
+                   {"ignore_eos", true},
+                   {"request", "g1"}});
+    const int done = h.waitFor("done", loaded);
+    QVERIFY(done >= 0);
+    QCOMPARE(idsOf(h.events[size_t(done)].value("token_ids")), expected);
+    QCOMPARE(h.events[size_t(done)].value("request").toString(), QString("g1"));
+    QCOMPARE(h.events[size_t(done)].value("stopped").toBool(), false);
+    // one token event per token, in order, before done
+    std::vector<int32_t> streamed;
+    for (int i = loaded; i < done; ++i)
+        if (h.events[size_t(i)].value("event").toString() == "token")
+            streamed.push_back(h.events[size_t(i)].value("token").toInt());
+    QCOMPARE(streamed, expected);
+    h.client.shutdown();
+    QTRY_VERIFY_WITH_TIMEOUT(h.ended, 30000);
+    QCOMPARE(h.endedStatus, QProcess::NormalExit);
+    QCOMPARE(h.endedCode, 0);
+}
+
+void TestWorker::samplesAndTraceDuringLoadAndGeneration()
+{
+    Harness h;
+    QVERIFY(h.start() >= 0);
+    const int loadAt = int(h.events.size());
+    h.client.send(throttledLoad(m_mediumProfile));
+    const int loaded = h.waitFor("loaded", loadAt);
+    QVERIFY2(loaded >= 0, qPrintable(h.client.stderrLog()));
+    QStringList units;
+    for (const auto& u : h.events[size_t(loaded)].value("units").toArray())
+        units << u.toObject().value("name").toString();
+    QVERIFY(units.contains("transformer.h.0") && units.contains("lm_head"));
+    const int genAt = int(h.events.size());
+    const int tokens = 8;
+    h.client.send({{"cmd", "generate"}, {"prompt_ids", QJsonArray{1, 2, 3}}, {"max_new_tokens", tokens},
+                   {"ignore_eos", true}});
+    const int done = h.waitFor("done", genAt);
+    QVERIFY(done >= 0);
+    QCOMPARE(h.events[size_t(done)].value("token_ids").toArray().size(), qsizetype(tokens));
+
+    // Samples: at least one during the load, several during generation, and
+    // the sampler's clock says ~20 Hz (the median gap is at most 100 ms).
+    QVERIFY(h.count("sample", loadAt, loaded + 1) >= 1);
+    QVERIFY(h.count("sample", genAt, done) >= 2);
+    std::vector<double> t;
+    for (int i = loadAt; i <= done; ++i)
+        if (h.events[size_t(i)].value("event").toString() == "sample")
+            t.push_back(h.events[size_t(i)].value("t").toDouble());
+    std::vector<double> gaps;
+    for (size_t i = 1; i < t.size(); ++i)
+        gaps.push_back(t[i] - t[i - 1]);
+    QVERIFY(!gaps.empty());
+    std::sort(gaps.begin(), gaps.end());
+    const double median = gaps[gaps.size() / 2];
+    qInfo("%zu samples over %.2f s, median gap %.1f ms, largest %.1f ms", t.size(), t.back() - t.front(),
+          1000 * median, 1000 * gaps.back());
+    QVERIFY2(median <= 0.1, qPrintable(QString::number(median)));
+    // The sample carries RSS and the simulated GPU's resident bytes.
+    const QJsonObject last = h.events[size_t(done - 1)];
+    Q_UNUSED(last);
+    bool gpuSeen = false;
+    for (int i = genAt; i < done; ++i) {
+        const QJsonObject e = h.events[size_t(i)];
+        if (e.value("event").toString() == "sample") {
+            QVERIFY(e.value("rss_bytes").toDouble() > 0);
+            gpuSeen = gpuSeen || e.value("resident").toObject().contains("0");
+        }
+    }
+    QVERIFY(gpuSeen);
+
+    // Trace: every execution unit computes in every step (0 = the prompt,
+    // k = the pass for token k), and the CPU-resident layers were fetched.
+    std::map<QString, std::set<int>> computeSteps;
+    int fetches = 0;
+    for (int i = genAt; i <= done; ++i) {
+        const QJsonObject e = h.events[size_t(i)];
+        if (e.value("event").toString() != "trace")
+            continue;
+        for (const auto& x : e.value("events").toArray()) {
+            const QJsonObject ev = x.toObject();
+            if (ev.value("kind").toString() == "compute")
+                computeSteps[ev.value("unit").toString()].insert(ev.value("step").toInt());
+            if (ev.value("kind").toString() == "fetch" && ev.value("unit").toString() == "transformer.h.1") {
+                ++fetches;
+                QCOMPARE(ev.value("device").toString(), QString("0"));
+                QVERIFY(ev.value("bytes").toDouble() > 0);
+                QVERIFY(ev.value("t1").toDouble() >= ev.value("t0").toDouble());
+            }
+        }
+    }
+    for (const QString& u : units) {
+        std::set<int> want;
+        for (int s = 0; s < tokens; ++s) // the last token is chosen, never run
+            want.insert(s);
+        QVERIFY2(computeSteps[u] == want, qPrintable(u));
+    }
+    QVERIFY(fetches >= tokens); // each of its tensors, every step
+}
+
+void TestWorker::stepRunsOneTokenUnitByUnit()
+{
+    Harness h;
+    QVERIFY(h.start() >= 0);
+    h.client.send({{"cmd", "load"}, {"path", m_tiny}, {"dtype", "float32"}});
+    const int loaded = h.waitFor("loaded");
+    QVERIFY(loaded >= 0);
+    // the reference: three greedy tokens in one go
+    h.client.send({{"cmd", "generate"}, {"prompt_ids", QJsonArray{5, 6, 7}}, {"max_new_tokens", 3}, {"ignore_eos", true}});
+    const int done = h.waitFor("done", loaded);
+    QVERIFY(done >= 0);
+    const auto expected = idsOf(h.events[size_t(done)].value("token_ids"));
+    // the same three, one step at a time, each unit pausing 20 ms before it computes
+    std::vector<int32_t> stepped;
+    int from = done + 1;
+    for (int i = 0; i < 3; ++i) {
+        QJsonObject cmd{{"cmd", "step"}, {"unit_delay_ms", 20}, {"ignore_eos", true}};
+        if (i == 0)
+            cmd["prompt_ids"] = QJsonArray{5, 6, 7};
+        h.client.send(cmd);
+        const int d = h.waitFor("done", from);
+        QVERIFY(d >= 0);
+        const auto ids = idsOf(h.events[size_t(d)].value("token_ids"));
+        QCOMPARE(ids.size(), size_t(1));
+        stepped.push_back(ids[0]);
+        // the units ran one after another, each at least the delay apart
+        std::vector<double> starts;
+        for (int k = from; k < d; ++k)
+            if (h.events[size_t(k)].value("event").toString() == "trace")
+                for (const auto& x : h.events[size_t(k)].value("events").toArray())
+                    if (x.toObject().value("kind").toString() == "compute" && x.toObject().value("step").toInt() == i)
+                        starts.push_back(x.toObject().value("t0").toDouble());
+        QCOMPARE(starts.size(), size_t(4 + 4)); // wte, wpe, 4 layers, ln_f, lm_head
+        for (size_t k = 1; k < starts.size(); ++k)
+            QVERIFY(starts[k] - starts[k - 1] >= 0.019);
+        from = d + 1;
+    }
+    QCOMPARE(stepped, expected);
+    h.client.send({{"cmd", "unload"}});
+    QVERIFY(h.waitFor("unloaded", from) >= 0);
+}
+
+void TestWorker::stopDuringThrottledRun()
+{
+    Harness h;
+    QVERIFY(h.start() >= 0);
+    h.client.send(throttledLoad(m_slowProfile));
+    const int loaded = h.waitFor("loaded");
+    QVERIFY2(loaded >= 0, qPrintable(h.client.stderrLog()));
+    h.client.send({{"cmd", "generate"}, {"prompt_ids", QJsonArray{1, 2}}, {"max_new_tokens", 1000}, {"ignore_eos", true}});
+    // Let it get inside a slow step (each layer's copy takes ~0.5 s), then stop.
+    QTest::qWait(700);
+    QVERIFY(h.count("done", loaded) == 0);
+    const qint64 sent = h.clock.elapsed();
+    h.client.stop();
+    const int done = h.waitFor("done", loaded, 20000);
+    QVERIFY(done >= 0);
+    const qint64 latency = h.times[size_t(done)] - sent;
+    qInfo("stop -> done in %lld ms (goal: 200 ms)", static_cast<long long>(latency));
+    QVERIFY(h.events[size_t(done)].value("stopped").toBool());
+    // Hang guard only, 10x the goal; the goal itself is the benchmarks' business.
+    QVERIFY2(latency < 2000, qPrintable(QString::number(latency)));
+    // The model stays loaded and usable: nothing fetched is left on GPU 0 but its own weights.
+    h.client.send({{"cmd", "generate"}, {"prompt_ids", QJsonArray{1}}, {"max_new_tokens", 1}});
+    QVERIFY(h.waitFor("done", done + 1, 60000) >= 0);
+}
+
+void TestWorker::cancelDuringLoad()
+{
+    Harness h;
+    QVERIFY(h.start() >= 0);
+    // Loading into an offload folder writes every converted tensor; stop right away.
+    QJsonObject load{{"cmd", "load"}, {"path", m_mid}, {"dtype", "float32"}, {"max_memory", QJsonObject{{"cpu", 1000}}},
+                     {"offload_folder", m_tmp.path() + "/off-cancel"}};
+    h.client.send(load);
+    h.client.stop();
+    const int from = 1;
+    QElapsedTimer t;
+    t.start();
+    while (h.waitFor("cancelled", from, 50) < 0 && h.waitFor("loaded", from, 50) < 0 && t.elapsed() < 60000) {
+    }
+    // Either the stop came before the first shard (cancelled) or the load was quicker (loaded):
+    // both leave a worker that answers.
+    QVERIFY(h.waitFor("cancelled", from, 0) >= 0 || h.waitFor("loaded", from, 0) >= 0);
+    h.client.send({{"cmd", "unload"}});
+    QVERIFY(h.waitFor("unloaded") >= 0);
+}
+
+void TestWorker::sigkillIsReported()
+{
+    Harness h;
+    QVERIFY(h.start() >= 0);
+    h.client.send(throttledLoad(m_slowProfile));
+    QVERIFY(h.waitFor("loaded") >= 0);
+    h.client.send({{"cmd", "generate"}, {"prompt_ids", QJsonArray{1, 2}}, {"max_new_tokens", 1000}, {"ignore_eos", true}});
+    QTest::qWait(300);
+    QVERIFY(::kill(pid_t(h.client.processId()), SIGKILL) == 0);
+    QTRY_VERIFY_WITH_TIMEOUT(h.ended, 20000);
+    QCOMPARE(h.endedStatus, QProcess::CrashExit);
+    QVERIFY2(h.endedDescription.contains("SIGKILL") && h.endedDescription.contains("generating"),
+             qPrintable(h.endedDescription));
+    // a new worker starts and runs
+    h.ended = false;
+    const int from = int(h.events.size());
+    h.client.start();
+    QVERIFY(h.waitFor("hello", from) >= 0);
+    h.client.send({{"cmd", "load"}, {"path", m_tiny}});
+    QVERIFY(h.waitFor("loaded", from) >= 0);
+}
+
+void TestWorker::unloadGivesMemoryBack()
+{
+    Harness h;
+    QVERIFY(h.start() >= 0);
+    const qint64 pid = h.client.processId();
+    auto cycle = [&](int from) {
+        h.client.send({{"cmd", "load"}, {"path", m_mid}, {"dtype", "float32"}});
+        const int loaded = h.waitFor("loaded", from);
+        if (loaded < 0)
+            return std::pair<qint64, int>(-1, from);
+        const qint64 peak = rssAnon(pid);
+        h.client.send({{"cmd", "generate"}, {"prompt_ids", QJsonArray{1, 2, 3}}, {"max_new_tokens", 4}});
+        const int done = h.waitFor("done", loaded);
+        h.client.send({{"cmd", "unload"}});
+        return std::pair<qint64, int>(peak, h.waitFor("unloaded", std::max(done, loaded)));
+    };
+    // One cycle first: LibTorch and OpenBLAS set up thread pools and buffers
+    // on their first use and keep them for the process's life.
+    auto [warmPeak, warm] = cycle(0);
+    QVERIFY(warm >= 0);
+    const qint64 before = rssAnon(pid);
+    auto [peak, after] = cycle(warm + 1);
+    QVERIFY(after >= 0);
+    const qint64 afterBytes = rssAnon(pid);
+    qInfo("anonymous RSS: %.1f MiB before load, %.1f MiB loaded, %.1f MiB after unload (first cycle peak %.1f MiB)",
+          before / 1048576.0, peak / 1048576.0, afterBytes / 1048576.0, warmPeak / 1048576.0);
+    QVERIFY(before > 0 && peak > 0);
+    QVERIFY2(peak - before > 25 * 1048576, "the fp32 copies (30 MB) should show while loaded");
+    QVERIFY2(std::abs(afterBytes - before) <= before / 20, "more than 5% away from the level before the load");
+}
+
+void TestWorker::badProtocolInputKeepsServing()
+{
+    Harness h;
+    QVERIFY(h.start() >= 0);
+    const QList<QByteArray> bad{
+        "hello",
+        "{",
+        "[]",
+        "42",
+        "{\"cmd\": 5}",
+        "{\"command\": \"load\"}",
+        "{\"cmd\": \"fly\"}",
+        "{\"cmd\": \"generate\", \"prompt_ids\": [1]}", // before load
+        "{\"cmd\": \"step\"}",
+        "{\"cmd\": \"load\", \"max_memory\": 7}",
+        "{\"cmd\": \"load\", \"max_memory\": {\"gpu0\": \"1GB\"}}",
+        "{\"cmd\": \"load\", \"max_memory\": {\"cpu\": \"lots\"}}",
+        "{\"cmd\": \"load\", \"strategy\": \"fast\"}",
+        "{\"cmd\": \"load\", \"policy\": 3}",
+        "{\"cmd\": \"load\", \"threads\": -1}",
+        "{\"cmd\": \"load\", \"frobnicate\": true}",
+        "{\"cmd\": \"load\", \"device_map\": {\"\": \"moon\"}}",
+        "{\"cmd\": \"unload\", \"now\": 1}",
+        "{\"cmd\": \"load\", \"path\": \"\xff\xfe\"}",
+        QByteArray(100000, '[') + QByteArray(100000, ']'),
+        "{\"cmd\": \"load\", \"path\": \"" + QByteArray(1000, 'a') + "\"",
+        QByteArray(17 << 20, 'x'), // longer than any command may be
+        QByteArray("{\"cmd\":\0\"load\"}", 15),
+    };
+    for (const QByteArray& line : bad) {
+        // raw bytes, as a broken client would write them
+        QVERIFY(h.client.isRunning());
+        const int from = int(h.events.size());
+        QProcess* p = h.client.findChild<QProcess*>();
+        QVERIFY(p);
+        p->write(line + "\n");
+        const int e = h.waitFor("error", from, 30000);
+        QVERIFY2(e >= 0, line.left(60).constData());
+        QCOMPARE(h.events[size_t(e)].value("kind").toString(), QString("input"));
+        QVERIFY(!h.events[size_t(e)].value("message").toString().isEmpty());
+    }
+    // A load with a file that is not there: one clear error, nothing loaded.
+    int from = int(h.events.size());
+    h.client.send({{"cmd", "load"}, {"path", m_tmp.path() + "/nothing-here"}});
+    int e = h.waitFor("error", from);
+    QVERIFY(e >= 0);
+    QVERIFY(h.events[size_t(e)].value("message").toString().contains("nothing-here"));
+    // Prompt ids outside the vocabulary are the input's fault, named as such.
+    h.client.send({{"cmd", "load"}, {"path", m_tiny}});
+    QVERIFY(h.waitFor("loaded", from) >= 0);
+    from = int(h.events.size());
+    h.client.send({{"cmd", "generate"}, {"prompt_ids", QJsonArray{5000}}});
+    e = h.waitFor("error", from);
+    QVERIFY(e >= 0);
+    QVERIFY(h.events[size_t(e)].value("message").toString().contains("outside the vocabulary"));
+    // And after all that it still generates.
+    from = int(h.events.size());
+    h.client.send({{"cmd", "generate"}, {"prompt_ids", QJsonArray{1, 2}}, {"max_new_tokens", 2}, {"ignore_eos", true}});
+    const int done = h.waitFor("done", from);
+    QVERIFY(done >= 0);
+    QCOMPARE(h.events[size_t(done)].value("token_ids").toArray().size(), qsizetype(2));
+    QVERIFY(h.client.isRunning());
+}
+
+QTEST_GUILESS_MAIN(TestWorker)
+#include "tst_worker.moc"

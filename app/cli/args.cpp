@@ -2,6 +2,7 @@
 
 #include "stowage/error.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <sstream>
@@ -66,6 +67,22 @@ std::string withFlagNames(const InputError& error)
                                                           {"memory budgets", "--max-memory"}};
     auto it = flags.find(error.file());
     return it == flags.end() ? error.what() : it->second + ": " + error.problem();
+}
+
+int runGuarded(const std::function<int()>& command)
+{
+    try {
+        return command();
+    } catch (const InputError& e) {
+        std::fprintf(stderr, "stowage-cli: %s\n", withFlagNames(e).c_str());
+        return 2;
+    } catch (const Cancelled&) {
+        std::fprintf(stderr, "stowage-cli: cancelled\n");
+        return 1;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "stowage-cli: internal error: %s\n", e.what());
+        return 1;
+    }
 }
 
 std::string checkpointPath(const Args& args)

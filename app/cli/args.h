@@ -5,6 +5,7 @@
 #include "stowage/error.h"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -36,6 +37,9 @@ std::string demoCheckpointPath();
 // An engine error as the CLI prints it: the engine names the input ("prompt
 // token ids", "offload folder"); the CLI names the flag that gave it.
 std::string withFlagNames(const InputError& error);
+// Runs a command and maps what it throws to the exit-code contract: 2 and one
+// line for bad input, 1 for a cancel or an internal failure.
+int runGuarded(const std::function<int()>& command);
 
 // --dtype: a floating torch dtype name, or nullopt for the checkpoint's own.
 std::optional<DType> parseDTypeOption(const Args& args);

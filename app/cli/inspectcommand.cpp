@@ -1,6 +1,6 @@
 #include "args.h"
 #include "commands.h"
-#include "format.h"
+#include "stowage/units.h"
 #include "planoptions.h"
 
 #include "stowage/checkpoint.h"

@@ -84,7 +84,7 @@ int main(int argc, char** argv)
     }
     const std::string command = args[0];
     args.erase(args.begin());
-    try {
+    return stowage::cli::runGuarded([&]() -> int {
         if (command == "inspect")
             return stowage::cli::inspectCommand(args);
         if (command == "plan")
@@ -99,11 +99,5 @@ int main(int argc, char** argv)
             return stowage::cli::tokenizeCommand(args);
         std::fprintf(stderr, "stowage-cli: unknown command '%s' (try --help)\n", command.c_str());
         return 2;
-    } catch (const stowage::InputError& e) {
-        std::fprintf(stderr, "stowage-cli: %s\n", stowage::cli::withFlagNames(e).c_str());
-        return 2;
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "stowage-cli: internal error: %s\n", e.what());
-        return 1;
-    }
+    });
 }

@@ -2,7 +2,7 @@
 // explanations, KV-cache-aware budgets and a speed estimate.
 #include "args.h"
 #include "commands.h"
-#include "format.h"
+#include "stowage/units.h"
 #include "planoptions.h"
 
 #include "stowage/checkpoint.h"

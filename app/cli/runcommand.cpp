@@ -2,7 +2,7 @@
 // Built as a plugin the CLI loads only for `run` and `worker`, so inspect and
 // plan never pay LibTorch's start-up.
 #include "args.h"
-#include "format.h"
+#include "stowage/units.h"
 #include "planoptions.h"
 
 #include "stowage/checkpoint.h"
@@ -48,7 +48,7 @@ int runCommand(const std::vector<std::string>& argv)
         // The plan options and a given map are checked against the model here,
         // so their errors name the flags and files the user typed.
         Checkpoint ck = Checkpoint::open(so.path);
-        ModuleTree tree = buildModuleTree(ck, so.dtype);
+        ModuleTree tree = buildModuleTree(ck, so.dtype, parseReferenceOption(a));
         so.plan = planOptionsFromArgs(a, ck, tree);
         if (auto f = a.value("--device-map")) {
             std::vector<std::string> warnings;
@@ -156,16 +156,5 @@ int runCommand(const std::vector<std::string>& argv)
 extern "C" int stowage_cli_run(int argc, char** argv)
 {
     std::vector<std::string> args(argv, argv + argc);
-    try {
-        return stowage::cli::runCommand(args);
-    } catch (const stowage::InputError& e) {
-        std::fprintf(stderr, "stowage-cli: %s\n", stowage::cli::withFlagNames(e).c_str());
-        return 2;
-    } catch (const stowage::Cancelled&) {
-        std::fprintf(stderr, "stowage-cli: cancelled\n");
-        return 1;
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "stowage-cli: internal error: %s\n", e.what());
-        return 1;
-    }
+    return stowage::cli::runGuarded([&] { return stowage::cli::runCommand(args); });
 }

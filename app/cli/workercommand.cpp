@@ -174,7 +174,7 @@ void Worker::load(const json& cmd, const json& request)
         so.dtype = lc.dtype;
         {
             Checkpoint ck = Checkpoint::open(so.path);
-            ModuleTree tree = buildModuleTree(ck, so.dtype);
+            ModuleTree tree = buildModuleTree(ck, so.dtype, lc.plan.reference);
             so.plan = lc.plan;
             if (!lc.plan.maxMemory)
                 so.plan.machineMemory = machineBudgets();
@@ -373,11 +373,8 @@ extern "C" int stowage_cli_worker(int argc, char** argv)
         (void)argv;
         return 2;
     }
-    try {
+    return stowage::cli::runGuarded([] {
         stowage::cli::Worker worker;
         return worker.serve();
-    } catch (const std::exception& e) {
-        std::fprintf(stderr, "stowage-cli: internal error: %s\n", e.what());
-        return 1;
-    }
+    });
 }

@@ -165,7 +165,7 @@ void checkFields(const json& cmd, const std::vector<std::string>& allowed)
 
 LoadCommand parseLoad(const json& cmd)
 {
-    checkFields(cmd, {"path", "dtype", "device_map", "max_memory", "strategy", "no_split", "offload_buffers",
+    checkFields(cmd, {"path", "dtype", "reference", "device_map", "max_memory", "strategy", "no_split", "offload_buffers",
                       "kv_cache", "offload_folder", "policy", "simulate_gpus", "hardware", "throttle", "threads"});
     LoadCommand lc;
     lc.path = stringField(cmd, "path").value_or("");
@@ -174,6 +174,12 @@ LoadCommand parseLoad(const json& cmd)
         if (!dt || !dtypeIsFloating(*dt))
             throw fieldError("dtype", "one of float32, float16, bfloat16, got \"" + *d + "\"");
         lc.dtype = dt;
+    }
+    if (auto r = stringField(cmd, "reference")) {
+        auto ref = referenceFromName(*r);
+        if (!ref)
+            throw fieldError("reference", "transformers or accelerate, got \"" + *r + "\"");
+        lc.plan.reference = *ref;
     }
     if (const json* m = find(cmd, "device_map")) {
         if (!m->is_object())

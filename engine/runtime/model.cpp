@@ -1,4 +1,4 @@
-#include "arch/runner.h"
+#include "families/runner.h"
 #include "cudacopy.h"
 #include "stowage/error.h"
 #include "stowage/runtime.h"
@@ -9,26 +9,6 @@
 #include <thread>
 
 namespace stowage {
-
-namespace arch {
-std::unique_ptr<Runner> makeGpt2(const ModelConfig& c, WeightStore& s);
-std::unique_ptr<Runner> makeLlamaFamily(const ModelConfig& c, WeightStore& s);
-std::unique_ptr<Runner> makeOpt(const ModelConfig& c, WeightStore& s);
-
-std::unique_ptr<Runner> makeRunner(const ModelConfig& c, WeightStore& s)
-{
-    const std::string& t = c.modelType();
-    if (t == "gpt2")
-        return makeGpt2(c, s);
-    if (t == "llama" || t == "mistral" || t == "qwen2" || t == "qwen3")
-        return makeLlamaFamily(c, s);
-    if (t == "opt")
-        return makeOpt(c, s);
-    return nullptr;
-}
-} // namespace arch
-
-std::vector<std::string> runnableModelTypes() { return {"gpt2", "llama", "mistral", "qwen2", "qwen3", "opt"}; }
 
 const char* policyName(ExecutionPolicy p)
 {

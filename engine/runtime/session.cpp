@@ -3,6 +3,7 @@
 #include "stowage/session.h"
 
 #include "stowage/error.h"
+#include "stowage/families.h"
 #include "stowage/tokenizer.h"
 
 #include <nlohmann/json.hpp>
@@ -58,7 +59,7 @@ std::unique_ptr<Session> Session::open(const SessionOptions& options, const Prog
     const auto t0 = std::chrono::steady_clock::now();
     auto impl = std::make_unique<Impl>();
     impl->checkpoint = std::make_unique<Checkpoint>(Checkpoint::open(options.path));
-    impl->tree = std::make_unique<ModuleTree>(buildModuleTree(*impl->checkpoint, options.dtype));
+    impl->tree = std::make_unique<ModuleTree>(buildModuleTree(*impl->checkpoint, options.dtype, options.plan.reference));
     if (options.deviceMap) {
         MapCheck check = validateDeviceMap(*impl->tree, *options.deviceMap);
         if (!check.errors.empty())
@@ -134,10 +135,9 @@ std::vector<int32_t> Session::encodePrompt(const std::string& text) const
     if (auto cfg = m_impl->sideJson("tokenizer_config.json"); cfg && cfg->contains("add_bos_token") &&
                                                                (*cfg)["add_bos_token"].is_boolean()) {
         addBos = (*cfg)["add_bos_token"].get<bool>();
-    } else {
+    } else if (m_impl->checkpoint->config()) {
         // Llama-style and OPT tokenizers put BOS first, as transformers' encode does by default.
-        const std::string type = m_impl->checkpoint->config() ? m_impl->checkpoint->config()->modelType() : "";
-        addBos = type == "llama" || type == "mistral" || type == "opt";
+        addBos = addsBosByDefault(m_impl->checkpoint->config()->modelType());
     }
     if (tok->bosId() && addBos)
         ids.insert(ids.begin(), *tok->bosId());

@@ -171,7 +171,7 @@ void WeightStore::load(const ProgressFn& progress)
             throw InputError("offload folder", "the map sends weights to disk that must be converted to " +
                                                    std::string(c10::toString(m_computeDType)) +
                                                    " first; give an offload folder to write them to");
-        m_offload = std::make_unique<OffloadStore>(m_options.offloadFolder);
+        m_offload = std::make_unique<OffloadFolder>(m_options.offloadFolder);
         m_offload->openExisting();
         const DType target = m_computeDType == at::kBFloat16 ? DType::BF16
                              : m_computeDType == at::kHalf   ? DType::F16
@@ -279,18 +279,14 @@ void WeightStore::fetchInto(Unit& u, bool ahead)
     }
 }
 
-// The cost model's choice for one RAM-resident unit, per token: reading it
-// from RAM on the CPU, or copying it (pinned) and reading it on the GPU.
-bool WeightStore::cpuIsFaster(const Unit& u) const
+// The cost model's rule (costmodel.h) for one RAM-resident unit: read it on
+// the CPU, or copy it (pinned) and read it on the GPU. Without a profile,
+// always the CPU (true of every preset).
+bool WeightStore::cpuIsFaster() const
 {
     if (!m_options.profile || m_options.profile->gpus.empty())
         return true;
-    double bytes = 0;
-    for (const Slot* s : u.slots)
-        bytes += double(s->bytes);
-    const HardwareProfile& hw = *m_options.profile;
-    const GpuProfile& g = hw.gpus.front();
-    return bytes / hw.ramBandwidth < bytes / g.h2dPinned + bytes / g.memoryBandwidth;
+    return ramLayerRunsOnCpu(*m_options.profile, m_options.profile->gpus.front());
 }
 
 void WeightStore::setOrder(std::vector<std::string> units)
@@ -315,7 +311,7 @@ void WeightStore::setOrder(std::vector<std::string> units)
             dev = s->homeDev;
         }
         unit.device = (oneGpu && dev) ? dev : m_exec;
-        if (m_options.policy == ExecutionPolicy::ComputeWhereItLives && dev && allCpu && cpuIsFaster(unit))
+        if (m_options.policy == ExecutionPolicy::ComputeWhereItLives && dev && allCpu && cpuIsFaster())
             unit.device = dev; // RAM-resident layer: the CPU computes it, no copy
         unit.fetched.assign(unit.slots.size(), at::Tensor());
         unit.events.assign(unit.slots.size(), nullptr);

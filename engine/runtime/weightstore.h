@@ -2,7 +2,7 @@
 // Where every weight lives and how it reaches the device that computes with
 // it: Accelerate's dispatch_model + AlignDevicesHook, as a store with
 // enter()/leave() around each execution unit, plus prefetch.
-#include "offloadstore.h"
+#include "stowage/offloadfolder.h"
 #include "stowage/checkpoint.h"
 #include "stowage/runtime.h"
 
@@ -75,7 +75,7 @@ private:
         bool needsFetch = false; // some weight is not resident on `device`
     };
     bool readsInPlace(const Slot& s) const;
-    bool cpuIsFaster(const Unit& u) const;
+    bool cpuIsFaster() const;
     void dropFetched(Unit& u);
     RtDevice& deviceFor(const Device& d);
     at::Tensor fromSource(const Slot& s) const; // the stored bytes as a CPU tensor (zero-copy view)
@@ -91,7 +91,7 @@ private:
     at::ScalarType m_computeDType = at::kFloat;
     std::deque<RtDevice> m_devices;
     RtDevice* m_exec = nullptr; // points into m_devices (a deque: stable addresses)
-    std::unique_ptr<OffloadStore> m_offload;
+    std::unique_ptr<OffloadFolder> m_offload;
     std::vector<std::unique_ptr<Slot>> m_slots;
     std::unordered_map<std::string, Slot*> m_byName;
     std::unordered_map<std::string, Unit> m_units;

@@ -1,7 +1,8 @@
 // What this machine has: RAM from /proc/meminfo, RAM bandwidth and CPU FLOP/s
 // from a quick self-test, GPUs from NVML loaded at run time (so the engine
 // builds and runs without an NVIDIA driver).
-#include "stowage/costmodel.h"
+#include "stowage/hardware.h"
+#include "stowage/error.h"
 
 #include <dlfcn.h>
 #include <sched.h>

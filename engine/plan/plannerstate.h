@@ -2,6 +2,7 @@
 // Internals of the planner: sizes as compute_module_sizes reports them, and
 // the placement loop of infer_auto_device_map.
 #include "stowage/planner.h"
+#include "stowage/units.h"
 
 #include <deque>
 #include <string>
@@ -9,8 +10,6 @@
 #include <vector>
 
 namespace stowage::detail {
-
-std::string grouped(uint64_t n);
 
 // A queue item: a module, or a bare tensor after its module was split (a
 // parameter, or one of the root's own buffers). `param` is true for both

@@ -3,20 +3,13 @@
 // direct parameters and children; the first GPU and the CPU keep room for
 // the largest layer still to be placed.
 #include "plannerstate.h"
+#include "stowage/units.h"
 
 #include "stowage/error.h"
 
 #include <algorithm>
 
 namespace stowage::detail {
-
-std::string grouped(uint64_t n)
-{
-    std::string s = std::to_string(n);
-    for (int i = int(s.size()) - 3; i > 0; i -= 3)
-        s.insert(size_t(i), ",");
-    return s;
-}
 
 Sizes::Sizes(const ModuleTree& tree, const PlanOptions& options) : m_tree(tree)
 {

@@ -74,4 +74,14 @@ Skeleton buildGpt2(const ModelConfig& c, DType dt)
     return s;
 }
 
+AttentionShape gpt2Attention(const ModelConfig& c)
+{
+    AttentionShape a;
+    a.hidden = c.positive("n_embd", 768);
+    a.kvHeads = c.positive("n_head", 12);
+    a.headDim = a.hidden / a.kvHeads;
+    a.inner = c.has("n_inner") ? c.integer("n_inner") : 4 * a.hidden;
+    return a;
+}
+
 } // namespace stowage::arch

@@ -62,4 +62,14 @@ Skeleton buildOpt(const ModelConfig& c, DType dt)
     return s;
 }
 
+AttentionShape optAttention(const ModelConfig& c)
+{
+    AttentionShape a;
+    a.hidden = c.positive("hidden_size");
+    a.kvHeads = c.positive("num_attention_heads");
+    a.headDim = a.hidden / a.kvHeads;
+    a.inner = c.integer("ffn_dim");
+    return a;
+}
+
 } // namespace stowage::arch

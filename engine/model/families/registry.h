@@ -5,6 +5,7 @@
 // (register_buffer, persistent or not, with the dtype it is created in):
 // both references count buffers, so a missing one changes the map.
 #include "stowage/config.h"
+#include "stowage/families.h"
 #include "stowage/moduletree.h"
 
 #include <optional>
@@ -22,14 +23,31 @@ struct Skeleton {
     std::vector<std::string> ignoredSuffixes;
 };
 
+// A family as the registry holds it: the model_types it covers (with the
+// tokenizer's BOS default for each), its skeleton and its attention shape.
+struct Family {
+    struct Type {
+        const char* modelType;
+        bool addsBos;
+    };
+    const char* name;
+    std::vector<Type> types;
+    Skeleton (*build)(const ModelConfig& config, DType dt);
+    AttentionShape (*attention)(const ModelConfig& config);
+};
+const std::vector<Family>& families();
+const Family* familyFor(const std::string& modelType);
+
 // nullopt when config.model_type is not a known family.
 std::optional<Skeleton> buildSkeleton(const ModelConfig& config, DType paramDType);
-std::vector<std::string> knownModelTypes();
 
-// Per-family builders (one file each).
+// Per-family builders and shapes (one file each), registered in registry.cpp.
 Skeleton buildGpt2(const ModelConfig& config, DType dt);
+AttentionShape gpt2Attention(const ModelConfig& config);
 Skeleton buildLlamaFamily(const ModelConfig& config, DType dt);
+AttentionShape llamaAttention(const ModelConfig& config);
 Skeleton buildOpt(const ModelConfig& config, DType dt);
+AttentionShape optAttention(const ModelConfig& config);
 
 // The module class transformers' ACT2FN makes for an activation name.
 std::string activationClass(const std::string& name);

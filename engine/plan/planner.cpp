@@ -6,6 +6,7 @@
 
 #include "balance.h"
 #include "plannerstate.h"
+#include "stowage/units.h"
 #include "stowage/error.h"
 
 #include <algorithm>
@@ -67,7 +68,7 @@ Plan planDeviceMap(const ModuleTree& given, const PlanOptions& options)
         for (auto& b : mm)
             if (b.device.kind != Device::Disk && options.kv->activationBytes > 0) {
                 b.bytes = std::max(0.0, b.bytes - double(options.kv->activationBytes));
-                plan.notes.push_back("kept " + detail::grouped(options.kv->activationBytes) + " bytes on " +
+                plan.notes.push_back("kept " + grouped(options.kv->activationBytes) + " bytes on " +
                                      b.device.name() + " for the largest activation");
             }
     detail::Placer placer(tree, sizes, mm);

@@ -1,4 +1,4 @@
-#include "offloadstore.h"
+#include "stowage/offloadfolder.h"
 
 #include "stowage/error.h"
 #include "stowage/fileio.h"
@@ -37,11 +37,11 @@ uint64_t numelOf(const std::vector<int64_t>& shape)
 
 } // namespace
 
-OffloadStore::OffloadStore(std::string folder) : m_folder(std::move(folder)) {}
+OffloadFolder::OffloadFolder(std::string folder) : m_folder(std::move(folder)) {}
 
-std::string OffloadStore::datPath(const std::string& name) const { return (fs::path(m_folder) / (name + ".dat")).string(); }
+std::string OffloadFolder::datPath(const std::string& name) const { return (fs::path(m_folder) / (name + ".dat")).string(); }
 
-bool OffloadStore::openExisting()
+bool OffloadFolder::openExisting()
 {
     const fs::path index = fs::path(m_folder) / "index.json";
     std::error_code ec;
@@ -73,13 +73,13 @@ bool OffloadStore::openExisting()
     return true;
 }
 
-bool OffloadStore::has(const std::string& name, DType dtype, const std::vector<int64_t>& shape) const
+bool OffloadFolder::has(const std::string& name, DType dtype, const std::vector<int64_t>& shape) const
 {
     auto it = m_entries.find(name);
     return it != m_entries.end() && it->second.dtype == dtype && it->second.shape == shape;
 }
 
-void OffloadStore::write(const std::string& name, DType dtype, const std::vector<int64_t>& shape, const void* data,
+void OffloadFolder::write(const std::string& name, DType dtype, const std::vector<int64_t>& shape, const void* data,
                          uint64_t bytes)
 {
     // Tensor names become file names: never let one leave the folder.
@@ -108,7 +108,7 @@ void OffloadStore::write(const std::string& name, DType dtype, const std::vector
     m_entries[name] = {dtype, shape};
 }
 
-void OffloadStore::commit()
+void OffloadFolder::commit()
 {
     nlohmann::ordered_json j = nlohmann::ordered_json::object();
     for (const auto& [name, e] : m_entries)
@@ -117,7 +117,7 @@ void OffloadStore::commit()
     writeFileAtomically((fs::path(m_folder) / "index.json").string(), j.dump(2));
 }
 
-const uint8_t* OffloadStore::data(const std::string& name)
+const uint8_t* OffloadFolder::data(const std::string& name)
 {
     auto it = m_maps.find(name);
     if (it == m_maps.end())

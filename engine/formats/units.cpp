@@ -1,8 +1,8 @@
-#include "format.h"
+#include "stowage/units.h"
 
 #include <cstdio>
 
-namespace stowage::cli {
+namespace stowage {
 
 std::string humanBytes(uint64_t bytes)
 {
@@ -29,4 +29,4 @@ std::string grouped(uint64_t n)
     return s;
 }
 
-} // namespace stowage::cli
+} // namespace stowage

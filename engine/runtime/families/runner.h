@@ -28,6 +28,8 @@ public:
     virtual int64_t layers() const = 0;
 };
 
+// The forward pass for config.model_type's family (registry.cpp); null when
+// the family has no runner.
 std::unique_ptr<Runner> makeRunner(const ModelConfig& config, WeightStore& store);
 
 // Shared pieces.

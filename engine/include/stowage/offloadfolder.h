@@ -19,9 +19,9 @@ struct OffloadEntry {
     std::vector<int64_t> shape;
 };
 
-class OffloadStore {
+class OffloadFolder {
 public:
-    explicit OffloadStore(std::string folder);
+    explicit OffloadFolder(std::string folder);
     const std::string& folder() const { return m_folder; }
 
     // Reads index.json when present and every .dat it names has the right
@@ -34,7 +34,7 @@ public:
     void write(const std::string& name, DType dtype, const std::vector<int64_t>& shape, const void* data, uint64_t bytes);
     void commit();
 
-    // A mapping of <name>.dat (kept open by the store).
+    // A mapping of <name>.dat (kept open by this object).
     const uint8_t* data(const std::string& name);
     const std::map<std::string, OffloadEntry>& entries() const { return m_entries; }
 

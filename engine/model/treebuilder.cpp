@@ -1,6 +1,6 @@
 // Matching a checkpoint's tensors to a module tree: the registry skeleton for
 // known families, a tree inferred from names otherwise.
-#include "arch/registry.h"
+#include "families/registry.h"
 #include "stowage/checkpoint.h"
 #include "stowage/error.h"
 #include "stowage/moduletree.h"
@@ -79,7 +79,7 @@ ModuleTree buildModuleTree(const Checkpoint& ck, std::optional<DType> dtype, Ref
     if (!skel) {
         if (ck.indexOnly()) {
             std::string known;
-            for (const auto& k : arch::knownModelTypes())
+            for (const auto& k : knownModelTypes())
                 known += (known.empty() ? "" : ", ") + k;
             throw InputError(cfg ? cfg->path() : ck.weightsPath(),
                              "model_type '" + (cfg ? cfg->modelType() : std::string()) +

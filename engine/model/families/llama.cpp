@@ -68,4 +68,15 @@ Skeleton buildLlamaFamily(const ModelConfig& c, DType dt)
     return s;
 }
 
+AttentionShape llamaAttention(const ModelConfig& c)
+{
+    AttentionShape a;
+    a.hidden = c.positive("hidden_size");
+    const int64_t heads = c.positive("num_attention_heads");
+    a.kvHeads = c.positive("num_key_value_heads", heads);
+    a.headDim = c.has("head_dim") ? c.positive("head_dim") : a.hidden / heads;
+    a.inner = c.integer("intermediate_size");
+    return a;
+}
+
 } // namespace stowage::arch

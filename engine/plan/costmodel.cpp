@@ -1,0 +1,148 @@
+// Decode-speed estimate of a placement.
+//
+// The model is deliberately a roofline with no fitted constants: decoding one
+// token reads every weight once and does ~2 FLOPs per parameter, so at batch
+// size 1 each device's time is max(bytes / bandwidth, flops / FLOP/s), and the
+// bandwidth that matters is whichever link those bytes cross on their way to
+// the device that multiplies them. Anything finer (kernel efficiency, launch
+// overhead, KV-cache reads) shifts all placements alike and would only add
+// numbers nobody can check.
+#include "stowage/costmodel.h"
+
+#include "stowage/error.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <optional>
+
+namespace stowage {
+
+namespace {
+
+
+// One part of a device's step time and what limits it.
+struct Cost {
+    double seconds = 0;
+    std::string bottleneck;
+};
+// Work that overlaps (a copy hidden behind compute): the slowest part wins.
+Cost overlap(std::initializer_list<Cost> parts)
+{
+    Cost out;
+    for (const Cost& c : parts)
+        if (c.seconds > out.seconds || out.bottleneck.empty())
+            out = c;
+    return out;
+}
+// Work that runs one after the other: times add, the largest names it.
+Cost then(const Cost& a, const Cost& b)
+{
+    return {a.seconds + b.seconds, a.seconds >= b.seconds ? a.bottleneck : b.bottleneck};
+}
+
+// A hand-made profile with a zero rate would give inf; say which rate instead.
+double rate(double value, const std::string& what, const HardwareProfile& p)
+{
+    if (!(value > 0) || !std::isfinite(value))
+        throw InputError(p.name, what + " must be a positive number of per-second units to estimate decode speed");
+    return value;
+}
+
+} // namespace
+
+bool ramLayerRunsOnCpu(const HardwareProfile& profile, const GpuProfile& gpu)
+{
+    return 1.0 / profile.ramBandwidth < 1.0 / gpu.h2dPinned + 1.0 / gpu.memoryBandwidth;
+}
+
+CostEstimate estimateDecode(const std::vector<std::pair<Device, uint64_t>>& placement, uint64_t flopsPerToken,
+                            const HardwareProfile& profile, ExecutionPolicy policy)
+{
+    // Device order, duplicates merged, empty devices dropped: the planner may
+    // report a device with no weights, and it costs nothing.
+    std::map<Device, uint64_t> bytesOn;
+    uint64_t total = 0;
+    for (const auto& [device, bytes] : placement) {
+        if (bytes == 0)
+            continue;
+        bytesOn[device] += bytes;
+        total += bytes;
+    }
+    CostEstimate est;
+    if (total == 0)
+        return est;
+
+    auto gpuProfile = [&](int index) -> const GpuProfile& {
+        if (profile.gpus.empty())
+            throw InputError(profile.name, "the placement puts weights on GPU " + std::to_string(index) +
+                                               " but the hardware profile has no GPU");
+        return profile.gpus[std::min(static_cast<size_t>(std::max(index, 0)), profile.gpus.size() - 1)];
+    };
+    // Like Accelerate, the first GPU of the map is the execution device: the
+    // one offloaded layers are copied to and run on.
+    std::optional<int> execGpu;
+    if (bytesOn.begin()->first.kind == Device::Gpu)
+        execGpu = bytesOn.begin()->first.index;
+
+    auto gpuCompute = [&](const GpuProfile& g, double bytes, double flops) {
+        return overlap({{bytes / rate(g.memoryBandwidth, "GPU memory bandwidth", profile), "HBM read"},
+                        {flops / rate(g.flops, "GPU FLOP/s", profile), "compute"}});
+    };
+    auto cpuCompute = [&](double bytes, double flops) {
+        return overlap({{bytes / rate(profile.ramBandwidth, "RAM bandwidth", profile), "RAM read"},
+                        {flops / rate(profile.cpuFlops, "CPU FLOP/s", profile), "compute"}});
+    };
+    // Weights that sit in RAM at the start of a step.
+    auto ramResident = [&](double bytes, double flops) -> Cost {
+        if (!execGpu)
+            return cpuCompute(bytes, flops);
+        const GpuProfile& g = gpuProfile(*execGpu);
+        if (policy == ExecutionPolicy::ComputeWhereItLives && ramLayerRunsOnCpu(profile, g))
+            return cpuCompute(bytes, flops);
+        if (policy == ExecutionPolicy::AccelerateLike) // copy, then compute: nothing overlaps
+            return then({bytes / rate(g.h2dPageable, "pageable host-to-device bandwidth", profile), "PCIe pageable copy"},
+                        gpuCompute(g, bytes, flops));
+        // Prefetch: the next layer's copy runs while this one computes.
+        const Cost copy{bytes / rate(g.h2dPinned, "pinned host-to-device bandwidth", profile), "PCIe pinned copy"};
+        return overlap({copy, gpuCompute(g, bytes, flops)});
+    };
+
+    for (const auto& [device, bytes] : bytesOn) {
+        const double b = static_cast<double>(bytes);
+        // Compute splits like the bytes: FLOPs per weight are about uniform.
+        const double flops = static_cast<double>(flopsPerToken) * b / static_cast<double>(total);
+        Cost c;
+        switch (device.kind) {
+        case Device::Gpu:
+            // GPUs of a split map run one after another (pipeline without
+            // overlap at batch 1), so their times add; the hidden state that
+            // hops between them is kilobytes, microseconds, left out.
+            c = gpuCompute(gpuProfile(device.index), b, flops);
+            break;
+        case Device::Cpu:
+            c = ramResident(b, flops);
+            break;
+        case Device::Disk:
+            // Offloaded to disk: read from the drive into RAM each step, then
+            // on as RAM-resident weights. The page cache is ignored, because
+            // a model offloaded to disk is one that does not fit in RAM.
+            c = then({b / rate(profile.diskReadBandwidth, "disk read bandwidth", profile), "disk read"},
+                     ramResident(b, flops));
+            break;
+        }
+        DeviceShare share;
+        share.device = device;
+        share.weightBytes = bytes;
+        share.seconds = c.seconds;
+        share.bottleneck = c.bottleneck;
+        est.devices.push_back(share);
+        est.secondsPerToken += c.seconds;
+    }
+    for (auto& d : est.devices)
+        d.share = est.secondsPerToken > 0 ? d.seconds / est.secondsPerToken : 0;
+    est.tokensPerSecond = est.secondsPerToken > 0 ? 1.0 / est.secondsPerToken : 0;
+    return est;
+}
+
+} // namespace stowage

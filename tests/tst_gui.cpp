@@ -1,21 +1,39 @@
-// The module tree and device map models under QAbstractItemModelTester, and
-// the main window offscreen: opening a checkpoint fills the tree off the GUI
-// thread; a bad path shows a message and leaves the window usable; budgets
-// typed into the planning panel re-plan exactly as planDeviceMap does.
-#include "budgetpanel.h"
+// The main window offscreen at 96 DPI: opening a checkpoint off the GUI
+// thread; errors in the window that keep the previous model; budget bars
+// dragged with QTest mouse events, moved with keys and typed into, each
+// re-planning exactly as planDeviceMap does; the placement map's hover
+// reasons and its selection synced with the module tree; import -> export
+// through the UI actions is the identity; snippets; the Hub cache dialog;
+// `stowage --screenshot` draws bars, map and totals.
+#include "budgetbar.h"
+#include "budgetbarsview.h"
+#include "budgetmodel.h"
 #include "devicemapmodel.h"
+#include "display.h"
 #include "fixtures.h"
+#include "hubcachedialog.h"
+#include "hubcachemodel.h"
 #include "mainwindow.h"
 #include "moduletreemodel.h"
+#include "placementmap.h"
+#include "planningpage.h"
+#include "plancontrols.h"
+#include "predictionmodel.h"
 #include "stowage/checkpoint.h"
 #include "stowage/fileio.h"
 #include "stowage/planner.h"
 
 #include <QAbstractItemModelTester>
+#include <QAction>
 #include <QApplication>
+#include <QClipboard>
+#include <QComboBox>
+#include <QFileDialog>
 #include <QLineEdit>
-#include <QMessageBox>
+#include <QListWidget>
+#include <QProcess>
 #include <QSignalSpy>
+#include <QTableView>
 #include <QTreeView>
 #include <QtTest>
 
@@ -23,228 +41,416 @@
 
 using namespace stowage;
 
+namespace {
+constexpr quint64 MiB = 1ull << 20;
+
+QString shotDir() { return QString::fromLocal8Bit(qgetenv("STOWAGE_SCREENSHOT_DIR")); }
+
+MainWindow::Options fixedMachine() { return {false, false}; }
+} // namespace
+
 class TestGui : public QObject {
     Q_OBJECT
     QTemporaryDir m_tmp;
     std::string m_dir;
 private slots:
     void initTestCase();
-    void modelPassesTheTester();
     void windowOpensCheckpoint();
-    void badPathShowsMessageAndStaysUsable();
-    void deviceMapModelPassesTheTester();
-    void budgetPanelParsesSizes();
+    void badPathShowsErrorAndKeepsModel();
     void planSplitsAcrossGpuAndCpu();
-    void invalidBudgetKeepsLastPlan();
-    void exportWritesDeviceMapJson();
+    void dragChangesBudgetAndPlan();
+    void keysChangeBudget();
+    void typedBudgetReplansAndBadTextKeepsPlan();
+    void placementHoverAndSelectionSync();
+    void importExportThroughActionsIsIdentity();
+    void importListsProblemsByModule();
+    void snippetsCopied();
+    void predictionNamesAssumedHardware();
+    void hubCacheDialogListsAndOpens();
+    void screenshotShowsBarsMapAndTotals();
 
 private:
+    void open(MainWindow& w);
+    // GPU 0 (simulated, 1 MiB) gets three quarters of the model: the map splits.
     void openAndSplit(MainWindow& w);
+    void expectPlanMatchesEngine(MainWindow& w);
 };
 
 void TestGui::initTestCase()
 {
+    QApplication::setOrganizationName("StowageTest");
+    QApplication::setApplicationName("tst_gui");
     m_dir = m_tmp.path().toStdString() + "/gpt2";
     std::filesystem::create_directories(m_dir);
     fixtures::writeSafetensorsFile(m_dir + "/model.safetensors", fixtures::gpt2Tensors({97, 16, 8, 2}, DType::F16), false);
     fixtures::writeJson(m_dir + "/config.json", fixtures::gpt2Config({97, 16, 8, 2}, DType::F16));
 }
 
-void TestGui::modelPassesTheTester()
+void TestGui::open(MainWindow& w)
 {
-    ModuleTreeModel model;
-    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
-    auto tree = std::make_shared<ModuleTree>(buildModuleTree(Checkpoint::open(m_dir), std::nullopt));
-    model.setTree(tree);
-    QCOMPARE(model.rowCount(), 1);
-    QModelIndex root = model.index(0, 0);
-    QCOMPARE(model.data(root).toString(), QString("(model)"));
-    QCOMPARE(model.rowCount(root), 2); // transformer, lm_head
-    QModelIndex transformer = model.index(0, 0, root);
-    QCOMPARE(model.data(transformer).toString(), QString("transformer"));
-    QModelIndex h = model.index(3, 0, transformer);
-    QCOMPARE(model.data(h).toString(), QString("h"));
-    QCOMPARE(model.data(model.index(0, ModuleTreeModel::ClassColumn, h)).toString(), QString("GPT2Block"));
-    QCOMPARE(model.parent(model.index(0, 0, h)), h);
-    QCOMPARE(model.data(root, ModuleTreeModel::BytesRole).toULongLong(), quint64(tree->root().bytes));
-    QCOMPARE(model.data(model.index(0, ModuleTreeModel::ShareColumn, root)).toString(), QString("100.00 %"));
-    model.setTree(nullptr);
-    QCOMPARE(model.rowCount(), 0);
+    w.resize(1400, 900);
+    w.show();
+    QSignalSpy opened(&w, &MainWindow::checkpointOpened);
+    w.openCheckpoint(QString::fromStdString(m_dir));
+    QTRY_VERIFY_WITH_TIMEOUT(opened.count() == 1, 10000);
+    QVERIFY(opened[0][0].toBool());
+    QVERIFY(w.planningPage()->plan() != nullptr);
+}
+
+void TestGui::openAndSplit(MainWindow& w)
+{
+    open(w);
+    BudgetModel* m = w.budgetModel();
+    m->addSimulatedGpu("NVIDIA GeForce RTX 4090", "rtx4090", 1 * MiB);
+    const quint64 gpu = w.moduleModel()->tree()->root().bytes * 3 / 4;
+    m->setBudget(m->rowOf(Device::gpu(0)), gpu);
+    m->setBudget(m->rowOf(Device::cpu()), 1'000'000'000);
+}
+
+void TestGui::expectPlanMatchesEngine(MainWindow& w)
+{
+    const Plan expected = planDeviceMap(*w.planningPage()->tree(), w.planningPage()->options());
+    QCOMPARE(deviceMapToJson(w.planningPage()->plan()->deviceMap), deviceMapToJson(expected.deviceMap));
+    const DeviceMapModel& model = *w.deviceMapModel();
+    QCOMPARE(model.rowCount(), int(expected.entries.size()));
+    for (int r = 0; r < model.rowCount(); ++r)
+        QCOMPARE(model.data(model.index(r, DeviceMapModel::DeviceColumn), DeviceMapModel::DeviceNameRole).toString(),
+                 QString::fromStdString(expected.entries[size_t(r)].device.name()));
 }
 
 void TestGui::windowOpensCheckpoint()
 {
-    MainWindow w;
-    w.show();
-    w.openCheckpoint(QString::fromStdString(m_dir));
-    QTRY_VERIFY_WITH_TIMEOUT(w.moduleModel()->tree() != nullptr, 10000);
+    MainWindow w(fixedMachine());
+    QAbstractItemModelTester t1(w.moduleModel(), QAbstractItemModelTester::FailureReportingMode::QtTest);
+    QAbstractItemModelTester t2(w.budgetModel(), QAbstractItemModelTester::FailureReportingMode::QtTest);
+    QAbstractItemModelTester t3(w.deviceMapModel(), QAbstractItemModelTester::FailureReportingMode::QtTest);
+    QAbstractItemModelTester t4(w.planningPage()->predictionModel(), QAbstractItemModelTester::FailureReportingMode::QtTest);
+    open(w);
     QVERIFY(w.summary().contains("gpt2"));
     QCOMPARE(w.moduleModel()->rowCount(), 1);
-    const QString shot = QString::fromLocal8Bit(qgetenv("STOWAGE_SCREENSHOT_DIR"));
-    if (!shot.isEmpty())
-        w.grab().save(shot + "/main-window.png");
+    // No GPU on the fixed machine: everything on the CPU, said in the totals.
+    QCOMPARE(w.planningPage()->plan()->deviceMap.front().second, Device::cpu());
+    QVERIFY(w.totalsText().contains("CPU"));
+    QVERIFY(w.action("exportMap")->isEnabled());
+    QCOMPARE(w.planningPage()->predictionModel()->rowCount(), 3);
 }
 
-void TestGui::badPathShowsMessageAndStaysUsable()
+void TestGui::badPathShowsErrorAndKeepsModel()
 {
-    MainWindow w;
-    w.show();
-    w.openCheckpoint(QString::fromStdString(m_dir));
-    QTRY_VERIFY_WITH_TIMEOUT(w.moduleModel()->tree() != nullptr, 10000);
+    MainWindow w(fixedMachine());
+    open(w);
+    const auto tree = w.moduleModel()->sharedTree();
+    QSignalSpy opened(&w, &MainWindow::checkpointOpened);
     w.openCheckpoint("/no/such/checkpoint");
-    QMessageBox* box = nullptr;
-    QTRY_VERIFY_WITH_TIMEOUT((box = w.findChild<QMessageBox*>("openError")) != nullptr, 10000);
-    QVERIFY(box->text().contains("/no/such/checkpoint: no such file or folder"));
-    QVERIFY(w.moduleModel()->tree() != nullptr); // the open checkpoint is kept
-    box->accept();
+    QTRY_VERIFY_WITH_TIMEOUT(opened.count() == 1, 10000);
+    QVERIFY(!opened[0][0].toBool());
+    QVERIFY2(w.errorText().contains("/no/such/checkpoint: no such file or folder"), qPrintable(w.errorText()));
+    QCOMPARE(w.moduleModel()->sharedTree(), tree); // the open model is kept
+    QVERIFY(w.planningPage()->plan() != nullptr);
     w.openCheckpoint(QString::fromStdString(m_dir)); // and the window still works
-    QTRY_VERIFY_WITH_TIMEOUT(w.summary().contains("gpt2"), 10000);
-}
-
-void TestGui::deviceMapModelPassesTheTester()
-{
-    DeviceMapModel model;
-    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
-    QCOMPARE(model.rowCount(), 0);
-    QCOMPARE(model.columnCount(), int(DeviceMapModel::ColumnCount));
-    const ModuleTree tree = buildModuleTree(Checkpoint::open(m_dir), std::nullopt);
-    PlanOptions o;
-    o.maxMemory = Budgets{{Device::gpu(0), double(tree.root().bytes * 3 / 4)}, {Device::cpu(), 1e9}};
-    const Plan plan = planDeviceMap(tree, o);
-    model.setPlan(plan);
-    QCOMPARE(model.rowCount(), int(plan.entries.size()));
-    QVERIFY(model.rowCount() > 0);
-    const PlanEntry& e = plan.entries.front();
-    QCOMPARE(model.data(model.index(0, DeviceMapModel::ModuleColumn)).toString(),
-             e.module.empty() ? QString("(whole model)") : QString::fromStdString(e.module));
-    QCOMPARE(model.data(model.index(0, DeviceMapModel::DeviceColumn), DeviceMapModel::DeviceNameRole).toString(),
-             QString::fromStdString(e.device.name()));
-    QCOMPARE(model.data(model.index(0, DeviceMapModel::SizeColumn), DeviceMapModel::BytesRole).toULongLong(),
-             quint64(e.bytes));
-    QCOMPARE(model.data(model.index(0, DeviceMapModel::WhyColumn)).toString(), QString::fromStdString(e.why));
-    QCOMPARE(model.headerData(DeviceMapModel::WhyColumn, Qt::Horizontal).toString(), QString("Why"));
-    QVERIFY(!DeviceMapModel::totalsLine(plan).isEmpty());
-    model.clear();
-    QCOMPARE(model.rowCount(), 0);
-}
-
-void TestGui::budgetPanelParsesSizes()
-{
-    BudgetPanel panel;
-    // Defaults: one GPU at 8 GiB, the CPU at 32 GiB, strategy auto.
-    PlanOptions o = panel.options();
-    QCOMPARE(o.strategy, Strategy::Auto);
-    QVERIFY(o.maxMemory.has_value());
-    QCOMPARE(o.maxMemory->size(), size_t(2));
-    QCOMPARE((*o.maxMemory)[0].device, Device::gpu(0));
-    QCOMPARE((*o.maxMemory)[0].bytes, double(8ull << 30));
-    QCOMPARE((*o.maxMemory)[1].device, Device::cpu());
-    QCOMPARE((*o.maxMemory)[1].bytes, double(32ull << 30));
-
-    QSignalSpy spy(&panel, &BudgetPanel::budgetsChanged);
-    panel.setBudgetText(Device::gpu(0), "10GB"); // Accelerate: GB = 10^9
-    QCOMPARE(spy.count(), 1);
-    QCOMPARE((*spy.last().at(0).value<PlanOptions>().maxMemory)[0].bytes, 1e10);
-    panel.setBudgetText(Device::gpu(0), "ten gigs");
-    QCOMPARE(spy.count(), 1); // ignored
-    QVERIFY(!panel.budgetValid(Device::gpu(0)));
-    QVERIFY(!panel.budgetEdit(Device::gpu(0))->styleSheet().isEmpty()); // shown red
-    QCOMPARE((*panel.options().maxMemory)[0].bytes, 1e10); // last good value stays
-    panel.setBudgetText(Device::gpu(0), "1Gb"); // bits
-    QVERIFY(panel.budgetValid(Device::gpu(0)));
-    QVERIFY(panel.budgetEdit(Device::gpu(0))->styleSheet().isEmpty());
-    QCOMPARE((*panel.options().maxMemory)[0].bytes, 1e9 / 8);
-
-    panel.setGpuCount(3);
-    QCOMPARE(panel.options().maxMemory->size(), size_t(4));
-    QCOMPARE(panel.options().maxMemory->back().device, Device::cpu());
-    panel.setGpuCount(0);
-    QCOMPARE(panel.options().maxMemory->size(), size_t(1));
-    panel.setStrategy(Strategy::BalancedLow0);
-    QCOMPARE(spy.last().at(0).value<PlanOptions>().strategy, Strategy::BalancedLow0);
-    panel.setBudgetText(Device::disk(), "1GB"); // no editor: ignored, no crash
-    QVERIFY(!panel.budgetValid(Device::disk()));
-}
-
-// Opens the fixture and gives GPU 0 three quarters of the model: after the
-// room Accelerate keeps for the largest layer, the embeddings fit and the
-// blocks do not, so the map splits.
-void TestGui::openAndSplit(MainWindow& w)
-{
-    w.show();
-    w.openCheckpoint(QString::fromStdString(m_dir));
-    QTRY_VERIFY_WITH_TIMEOUT(w.moduleModel()->tree() != nullptr, 10000);
-    QTRY_VERIFY(w.deviceMapModel()->rowCount() > 0); // planned with the defaults
-    const quint64 gpu = w.moduleModel()->tree()->root().bytes * 3 / 4;
-    w.budgetPanel()->setBudgetText(Device::gpu(0), QString::number(gpu));
-    w.budgetPanel()->setBudgetText(Device::cpu(), "1GB");
+    QTRY_VERIFY_WITH_TIMEOUT(opened.count() == 2, 10000);
+    QVERIFY(w.errorText().isEmpty());
 }
 
 void TestGui::planSplitsAcrossGpuAndCpu()
 {
-    MainWindow w;
+    MainWindow w(fixedMachine());
     openAndSplit(w);
-    const ModuleTree& tree = *w.moduleModel()->tree();
-    const Plan expected = planDeviceMap(tree, w.budgetPanel()->options());
-    const DeviceMapModel& model = *w.deviceMapModel();
-    QCOMPARE(model.rowCount(), int(expected.entries.size()));
-    QSet<QString> devices;
-    for (int r = 0; r < model.rowCount(); ++r) {
-        const PlanEntry& e = expected.entries[size_t(r)];
-        QCOMPARE(model.data(model.index(r, DeviceMapModel::ModuleColumn)).toString(),
-                 e.module.empty() ? QString("(whole model)") : QString::fromStdString(e.module));
-        const QString dev = model.data(model.index(r, DeviceMapModel::DeviceColumn), DeviceMapModel::DeviceNameRole).toString();
-        QCOMPARE(dev, QString::fromStdString(e.device.name()));
-        QCOMPARE(model.data(model.index(r, DeviceMapModel::SizeColumn), DeviceMapModel::BytesRole).toULongLong(),
-                 quint64(e.bytes));
-        devices.insert(dev);
-    }
-    QVERIFY(devices.contains("0"));
-    QVERIFY(devices.contains("cpu"));
-    QCOMPARE(deviceMapToJson(model.plan().deviceMap), deviceMapToJson(expected.deviceMap));
+    expectPlanMatchesEngine(w);
+    QSet<Device::Kind> kinds;
+    for (const auto& [k, d] : w.planningPage()->plan()->deviceMap)
+        kinds.insert(d.kind);
+    QVERIFY(kinds.contains(Device::Gpu));
+    QVERIFY(kinds.contains(Device::Cpu));
     QVERIFY(w.totalsText().contains("GPU 0"));
-    QVERIFY(w.totalsText().contains("CPU"));
-    const QString shot = QString::fromLocal8Bit(qgetenv("STOWAGE_SCREENSHOT_DIR"));
-    if (!shot.isEmpty()) {
-        w.resize(1000, 700);
-        QTest::qWait(50);
-        w.grab().save(shot + "/planning.png");
-    }
+    // The bars carry the plan's totals.
+    const BudgetModel* m = w.budgetModel();
+    QVERIFY(m->at(m->rowOf(Device::gpu(0))).used > 0);
+    QVERIFY(m->at(m->rowOf(Device::cpu())).used > 0);
+    if (!shotDir().isEmpty())
+        w.grab().save(shotDir() + "/planning.png");
 }
 
-void TestGui::invalidBudgetKeepsLastPlan()
+void TestGui::dragChangesBudgetAndPlan()
 {
-    MainWindow w;
+    MainWindow w(fixedMachine());
     openAndSplit(w);
-    const std::string before = deviceMapToJson(w.deviceMapModel()->plan().deviceMap);
-    const QString totals = w.totalsText();
-    QLineEdit* gpu = w.budgetPanel()->budgetEdit(Device::gpu(0));
-    QTest::keyClicks(gpu, "x!"); // typed by hand: "…x!" does not parse
-    QVERIFY(!w.budgetPanel()->budgetValid(Device::gpu(0)));
-    gpu->setText("-5GB");
-    QVERIFY(!w.budgetPanel()->budgetValid(Device::gpu(0)));
-    gpu->setText("");
-    QVERIFY(!w.budgetPanel()->budgetValid(Device::gpu(0)));
-    QCOMPARE(deviceMapToJson(w.deviceMapModel()->plan().deviceMap), before);
-    QCOMPARE(w.totalsText(), totals);
-    // Moving everything to the CPU still re-plans.
-    w.budgetPanel()->setGpuCount(0);
-    QCOMPARE(w.deviceMapModel()->rowCount(), 1);
-    QCOMPARE(w.deviceMapModel()->plan().deviceMap.front().second, Device::cpu());
+    BudgetModel* m = w.budgetModel();
+    const int row = m->rowOf(Device::gpu(0));
+    BudgetBar* bar = w.planningPage()->budgetBars()->bar(row);
+    QVERIFY(bar);
+    QTRY_VERIFY(bar->isVisible());
+    const std::string before = deviceMapToJson(w.planningPage()->plan()->deviceMap);
+    const quint64 budgetBefore = m->at(row).budget;
+    const int y = bar->trackRect().center().y();
+    // Drag the handle to the far left: GPU 0 gets nothing, all goes to the CPU.
+    QTest::mousePress(bar, Qt::LeftButton, {}, QPoint(bar->xForBytes(budgetBefore), y));
+    QVERIFY(bar->dragging());
+    for (int x = bar->xForBytes(budgetBefore); x > 0; x -= 10)
+        QTest::mouseMove(bar, QPoint(x, y));
+    QTest::mouseRelease(bar, Qt::LeftButton, {}, QPoint(1, y));
+    QCOMPARE(m->at(row).budget, quint64(0));
+    QVERIFY(deviceMapToJson(w.planningPage()->plan()->deviceMap) != before);
+    QCOMPARE(w.planningPage()->plan()->deviceMap.size(), size_t(1));
+    QCOMPARE(w.planningPage()->plan()->deviceMap.front().second, Device::cpu());
+    // The field shows the dragged value.
+    QCOMPARE(w.planningPage()->budgetBars()->edit(row)->text(), QString("0"));
+    // Drag to the right end: the bar's scale (1 MiB, the GPU's memory) -> all on GPU 0.
+    QTest::mousePress(bar, Qt::LeftButton, {}, QPoint(2, y));
+    QTest::mouseMove(bar, QPoint(bar->width() / 2, y));
+    const quint64 half = m->at(row).budget;
+    QVERIFY2(half > 400 * 1024 && half < 600 * 1024, qPrintable(QString::number(half)));
+    QCOMPARE(half % (BudgetModel::step(1 * MiB, false)), quint64(0)); // snapped to coarse steps
+    QTest::mouseRelease(bar, Qt::LeftButton, {}, QPoint(bar->width() - 1, y));
+    QCOMPARE(m->at(row).budget, 1 * MiB);
+    QCOMPARE(w.planningPage()->plan()->deviceMap.front().second, Device::gpu(0));
+    expectPlanMatchesEngine(w);
 }
 
-void TestGui::exportWritesDeviceMapJson()
+void TestGui::keysChangeBudget()
 {
-    MainWindow w;
+    MainWindow w(fixedMachine());
     openAndSplit(w);
-    const QString path = m_tmp.path() + "/device_map.json";
-    QVERIFY(w.exportDeviceMap(path));
-    QCOMPARE(readTextFile(path.toStdString()), deviceMapToJson(w.deviceMapModel()->plan().deviceMap) + "\n");
-    QVERIFY(!w.exportDeviceMap("/no/such/folder/map.json"));
-    QMessageBox* box = nullptr;
-    QTRY_VERIFY_WITH_TIMEOUT((box = w.findChild<QMessageBox*>("exportError")) != nullptr, 10000);
-    QVERIFY(box->text().contains("/no/such/folder/map.json"));
-    box->accept();
+    BudgetModel* m = w.budgetModel();
+    const int row = m->rowOf(Device::gpu(0));
+    BudgetBar* bar = w.planningPage()->budgetBars()->bar(row);
+    bar->setFocus();
+    m->setBudget(row, 512 * 1024);
+    const quint64 step = BudgetModel::step(1 * MiB, false);
+    QCOMPARE(step, quint64(16 * 1024)); // 1 MiB / 40 = 25.6 KiB -> 16 KiB
+    QTest::keyClick(bar, Qt::Key_Left);
+    QCOMPARE(m->at(row).budget, 512 * 1024 - step);
+    QTest::keyClick(bar, Qt::Key_Right);
+    QTest::keyClick(bar, Qt::Key_Right);
+    QCOMPARE(m->at(row).budget, 512 * 1024 + step);
+    QTest::keyClick(bar, Qt::Key_Home);
+    QCOMPARE(m->at(row).budget, quint64(0));
+    QCOMPARE(w.planningPage()->plan()->deviceMap.front().second, Device::cpu());
+    QTest::keyClick(bar, Qt::Key_End);
+    QCOMPARE(m->at(row).budget, 1 * MiB); // the GPU's memory
+    QCOMPARE(w.planningPage()->plan()->deviceMap.front().second, Device::gpu(0));
+    // On a big CPU bar the steps are coarse, with Shift fine, and Page moves ten.
+    const int cpu = m->rowOf(Device::cpu());
+    BudgetBar* cbar = w.planningPage()->budgetBars()->bar(cpu);
+    m->setBudget(cpu, 32ull << 30);
+    QTest::keyClick(cbar, Qt::Key_PageDown);
+    QCOMPARE(m->at(cpu).budget, (32ull << 30) - 10 * BudgetModel::step(64ull << 30, false));
+    const quint64 b = m->at(cpu).budget;
+    QTest::keyClick(cbar, Qt::Key_Right, Qt::ShiftModifier);
+    QCOMPARE(m->at(cpu).budget, b + BudgetModel::step(64ull << 30, true));
+    expectPlanMatchesEngine(w);
+}
+
+void TestGui::typedBudgetReplansAndBadTextKeepsPlan()
+{
+    MainWindow w(fixedMachine());
+    openAndSplit(w);
+    BudgetModel* m = w.budgetModel();
+    const int row = m->rowOf(Device::gpu(0));
+    QLineEdit* edit = w.planningPage()->budgetBars()->edit(row);
+    edit->setFocus();
+    edit->selectAll();
+    QTest::keyClicks(edit, "1MiB");
+    QTest::keyClick(edit, Qt::Key_Return);
+    QCOMPARE(m->at(row).budget, 1 * MiB);
+    QCOMPARE(w.planningPage()->plan()->deviceMap.front().second, Device::gpu(0));
+    const std::string before = deviceMapToJson(w.planningPage()->plan()->deviceMap);
+    edit->selectAll();
+    QTest::keyClicks(edit, "ten gigs");
+    QTest::keyClick(edit, Qt::Key_Return);
+    QCOMPARE(m->at(row).budget, 1 * MiB); // the last good value stays
+    QVERIFY(!edit->styleSheet().isEmpty()); // shown red
+    QVERIFY(edit->toolTip().contains("ten gigs"));
+    QCOMPARE(deviceMapToJson(w.planningPage()->plan()->deviceMap), before);
+    edit->selectAll();
+    QTest::keyClicks(edit, "10KB"); // Accelerate: KB = 10^3
+    QTest::keyClick(edit, Qt::Key_Return);
+    QCOMPARE(m->at(row).budget, quint64(10'000));
+    QVERIFY(edit->styleSheet().isEmpty());
+    expectPlanMatchesEngine(w);
+    // Strategy and dtype re-plan too.
+    w.planningPage()->controls()->setStrategy(Strategy::Sequential);
+    w.planningPage()->controls()->setDType(DType::F32);
+    QCOMPARE(w.planningPage()->tree()->dtype(), std::optional<DType>(DType::F32));
+    expectPlanMatchesEngine(w);
+}
+
+void TestGui::placementHoverAndSelectionSync()
+{
+    MainWindow w(fixedMachine());
+    openAndSplit(w);
+    PlacementMap* map = w.planningPage()->placementMap();
+    const PlacementLayout& l = map->layout();
+    QVERIFY(l.blocks.size() >= 4);
+    // The last block is ln_f (on the CPU); a block on GPU 0 is the first.
+    const ModuleTree& tree = *w.planningPage()->tree();
+    int cpuBlock = -1;
+    for (size_t b = 0; b < l.blocks.size(); ++b)
+        if (l.blocks[b].deviceCode == CpuCode) {
+            cpuBlock = int(b);
+            break;
+        }
+    QVERIFY(cpuBlock >= 0);
+    const QPoint at = map->blockRect(cpuBlock).center().toPoint();
+    const QString tip = map->toolTipAt(at);
+    const PlanEntry& e = w.planningPage()->plan()->entries[size_t(l.blocks[size_t(cpuBlock)].entry)];
+    QVERIFY2(tip.contains("on CPU") && tip.contains(QString::fromStdString(e.why)), qPrintable(tip));
+    // Clicking selects the module in the tree.
+    QTest::mouseClick(map, Qt::LeftButton, {}, at);
+    const QModelIndex current = w.moduleView()->currentIndex();
+    QCOMPARE(current.data(ModuleTreeModel::ModuleIndexRole).toInt(), l.blocks[size_t(cpuBlock)].module);
+    // The tree's device column carries the same device.
+    QCOMPARE(w.moduleModel()->index(current.row(), ModuleTreeModel::DeviceColumn, current.parent()).data().toString(),
+             QString("CPU"));
+    // Selecting in the tree outlines the module's blocks in the map.
+    const int h = tree.find("transformer.h");
+    w.moduleView()->setCurrentIndex(w.moduleModel()->indexOfModule(h));
+    QCOMPARE(map->selectedModule(), h);
+    if (!shotDir().isEmpty())
+        w.grab().save(shotDir() + "/selection.png");
+}
+
+void TestGui::importExportThroughActionsIsIdentity()
+{
+    MainWindow w(fixedMachine());
+    openAndSplit(w);
+    // A hand-written map in transformers' form, not what the planner would say.
+    const DeviceMap map{{"transformer.wte", Device::cpu()}, {"transformer.wpe", Device::gpu(0)},
+                        {"transformer.drop", Device::gpu(0)}, {"transformer.h", Device::disk()},
+                        {"transformer.ln_f", Device::cpu()}, {"lm_head", Device::cpu()}};
+    const QString in = m_tmp.path() + "/in_map.json", out = m_tmp.path() + "/out_map.json";
+    writeFileAtomically(in.toStdString(), deviceMapToJson(map) + "\n");
+
+    w.action("importMap")->trigger();
+    QFileDialog* dlg = nullptr;
+    QTRY_VERIFY((dlg = w.findChild<QFileDialog*>()) != nullptr);
+    dlg->selectFile(in);
+    static_cast<QDialog*>(dlg)->accept();
+    QVERIFY(w.planningPage()->showingImportedMap());
+    QCOMPARE(w.deviceMapModel()->rowCount(), int(map.size()));
+    QVERIFY(w.planningPage()->problemList()->count() == 0);
+    QCOMPARE(w.budgetModel()->at(w.budgetModel()->rowOf(Device::disk())).used,
+             quint64(w.moduleModel()->tree()->modules()[size_t(w.moduleModel()->tree()->find("transformer.h"))].bytes));
+    QTRY_VERIFY(w.findChild<QFileDialog*>() == nullptr);
+
+    w.action("exportMap")->trigger();
+    QTRY_VERIFY((dlg = w.findChild<QFileDialog*>()) != nullptr);
+    dlg->selectFile(out);
+    static_cast<QDialog*>(dlg)->accept();
+    QCOMPARE(readTextFile(out.toStdString()), readTextFile(in.toStdString()));
+
+    // A budget change plans again.
+    w.budgetModel()->setBudget(w.budgetModel()->rowOf(Device::cpu()), 2'000'000'000);
+    QVERIFY(!w.planningPage()->showingImportedMap());
+}
+
+void TestGui::importListsProblemsByModule()
+{
+    MainWindow w(fixedMachine());
+    open(w);
+    const QString in = m_tmp.path() + "/bad_map.json";
+    writeFileAtomically(in.toStdString(), "{\"transformer.wte\": \"cpu\", \"transformer.nope\": 0}\n");
+    QVERIFY(w.importDeviceMap(in));
+    QListWidget* problems = w.planningPage()->problemList();
+    QVERIFY(problems->count() >= 1);
+    QStringList all;
+    for (int i = 0; i < problems->count(); ++i)
+        all << problems->item(i)->text();
+    QVERIFY2(all.join("\n").contains("transformer.nope") || all.join("\n").contains("transformer.wpe"), qPrintable(all.join("\n")));
+    // Not JSON: said in the window, the last plan stays.
+    writeFileAtomically(in.toStdString(), "not json");
+    QVERIFY(!w.importDeviceMap(in));
+    QVERIFY(w.planningPage()->planError().contains("bad_map.json"));
+}
+
+void TestGui::snippetsCopied()
+{
+    MainWindow w(fixedMachine());
+    openAndSplit(w);
+    w.action("copyTransformers")->trigger();
+    const QString t = QGuiApplication::clipboard()->text();
+    QVERIFY(t.contains("from_pretrained("));
+    for (const auto& [k, d] : w.planningPage()->plan()->deviceMap)
+        QVERIFY(t.contains(QString::fromStdString("\"" + k + "\": ")));
+    QVERIFY(t.contains(QString::fromStdString(m_dir)));
+    QVERIFY(t.contains("dtype=torch.float16"));
+    w.action("copyAccelerate")->trigger();
+    QVERIFY(QGuiApplication::clipboard()->text().contains("no_split_module_classes=[\"GPT2Block\"]"));
+}
+
+void TestGui::predictionNamesAssumedHardware()
+{
+    MainWindow w(fixedMachine());
+    openAndSplit(w);
+    PlanningPage* page = w.planningPage();
+    // The simulated GPU came from the RTX 4090 preset: named, with its source.
+    QVERIFY2(page->predictionHardwareText().contains("GPU 0: NVIDIA GeForce RTX 4090 (datasheet)"),
+             qPrintable(page->predictionHardwareText()));
+    const double before = page->predictionModel()->data(page->predictionModel()->index(0, 0), PredictionModel::TokensPerSecondRole).toDouble();
+    QVERIFY(before > 0);
+    // A custom-size GPU follows the assumed-GPU box.
+    w.budgetModel()->addSimulatedGpu("custom", QString(), 1 * MiB);
+    page->assumedGpuBox()->setCurrentIndex(page->assumedGpuBox()->findData("h200"));
+    QVERIFY2(page->predictionHardwareText().contains("GPU 1: NVIDIA H200 (datasheet)"), qPrintable(page->predictionHardwareText()));
+}
+
+void TestGui::hubCacheDialogListsAndOpens()
+{
+    const QString root = m_tmp.path() + "/hub";
+    const QString entry = root + "/models--acme--tiny-gpt2";
+    QDir().mkpath(entry + "/blobs");
+    QDir().mkpath(entry + "/snapshots/abc");
+    QFile::copy(QString::fromStdString(m_dir) + "/config.json", entry + "/blobs/c1");
+    QFile::copy(QString::fromStdString(m_dir) + "/model.safetensors", entry + "/blobs/w1");
+    QVERIFY(QFile::link("../../blobs/c1", entry + "/snapshots/abc/config.json"));
+    QVERIFY(QFile::link("../../blobs/w1", entry + "/snapshots/abc/model.safetensors"));
+    const quint64 expected = quint64(QFileInfo(QString::fromStdString(m_dir) + "/config.json").size() +
+                                     QFileInfo(QString::fromStdString(m_dir) + "/model.safetensors").size());
+
+    MainWindow w(fixedMachine());
+    w.show();
+    HubCacheDialog* dlg = w.showHubCache();
+    QAbstractItemModelTester tester(dlg->model(), QAbstractItemModelTester::FailureReportingMode::QtTest);
+    dlg->setRoot(root);
+    QTRY_VERIFY_WITH_TIMEOUT(!dlg->scanning() && dlg->model()->rowCount() == 1, 10000);
+    QCOMPARE(dlg->model()->data(dlg->model()->index(0, HubCacheModel::ModelColumn)).toString(), QString("acme/tiny-gpt2"));
+    QCOMPARE(dlg->model()->data(dlg->model()->index(0, 0), HubCacheModel::DiskBytesRole).toULongLong(), expected);
+    QSignalSpy opened(&w, &MainWindow::checkpointOpened);
+    dlg->view()->setCurrentIndex(dlg->model()->index(0, 0));
+    emit dlg->view()->activated(dlg->model()->index(0, 0));
+    QTRY_VERIFY_WITH_TIMEOUT(opened.count() == 1, 10000);
+    QVERIFY(opened[0][0].toBool());
+    QVERIFY(w.summary().contains("gpt2"));
+}
+
+void TestGui::screenshotShowsBarsMapAndTotals()
+{
+    const QString png = m_tmp.path() + "/shot.png";
+    QProcess p;
+    p.setProcessChannelMode(QProcess::ForwardedErrorChannel);
+    // About a third of the weights on GPU 0 (after the largest-layer reserve), the rest on the CPU.
+    const quint64 file = quint64(QFileInfo(QString::fromStdString(m_dir) + "/model.safetensors").size());
+    p.start(QStringLiteral(STOWAGE_GUI), {"--screenshot", png, QString::fromStdString(m_dir), "--max-memory",
+                                          QStringLiteral("0=%1").arg(file / 2), "--max-memory",
+                                          QStringLiteral("cpu=%1").arg(file * 2), "--size", "1400x900"});
+    QVERIFY(p.waitForFinished(120000));
+    QCOMPARE(p.exitCode(), 0);
+    if (!shotDir().isEmpty())
+        QFile::copy(png, shotDir() + "/screenshot-cli.png");
+    const QImage img(png);
+    QCOMPARE(img.size(), QSize(1400, 900));
+    // Not blank: the device colours of GPU 0, the CPU and the disk are all drawn (bars, map, totals).
+    QHash<QRgb, int> count;
+    for (int y = 0; y < img.height(); y += 2)
+        for (int x = 0; x < img.width(); x += 2)
+            ++count[img.pixel(x, y) & 0xffffff];
+    QVERIFY2(count.value(0x4e79a7) > 200, "GPU 0 colour missing");
+    QVERIFY2(count.value(0xf28e2b) > 200, "CPU colour missing");
+    QVERIFY(count.size() > 50);
+    // Bad input: exit 2 with one line.
+    p.start(QStringLiteral(STOWAGE_GUI), {"--screenshot", png, QString::fromStdString(m_dir), "--strategy", "fastest"});
+    QVERIFY(p.waitForFinished(60000));
+    QCOMPARE(p.exitCode(), 2);
 }
 
 QTEST_MAIN(TestGui)

@@ -1,9 +1,13 @@
 #include "mainwindow.h"
+#include "screenshot.h"
 
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QDir>
 #include <QFileInfo>
+#include <QSettings>
+
+#include <cstdio>
 
 int main(int argc, char** argv)
 {
@@ -16,15 +20,34 @@ int main(int argc, char** argv)
     parser.addHelpOption();
     parser.addVersionOption();
     parser.addPositionalArgument("path", "Checkpoint folder, index, weights file or Hub cache entry (default: the demo)");
+    stowage::addPlanOptions(parser);
     parser.process(app);
 
-    stowage::MainWindow w;
-    w.show();
+    const bool screenshot = parser.isSet("screenshot");
+    using Theme = stowage::MainWindow::Theme;
+    if (parser.isSet("dark"))
+        stowage::MainWindow::applyTheme(Theme::Dark);
+    else if (screenshot)
+        stowage::MainWindow::applyTheme(Theme::Light);
+    else
+        stowage::MainWindow::applyTheme(static_cast<Theme>(QSettings().value("view/theme", 0).toInt()));
+
+    // A screenshot shows what the command line asks for, not this user's saved budgets.
+    stowage::MainWindow::Options options;
+    options.restoreSettings = !screenshot;
+    stowage::MainWindow w(options);
     QString path = parser.positionalArguments().value(0);
     if (path.isEmpty()) {
         QString installed = QDir(QCoreApplication::applicationDirPath()).filePath("../share/stowage/demo");
         path = QFileInfo::exists(installed + "/config.json") ? installed : QStringLiteral(STOWAGE_BUILD_DEMO_DIR);
     }
+    if (const QString problem = stowage::applyPlanOptions(w, parser); !problem.isEmpty()) {
+        std::fprintf(stderr, "stowage: %s\n", qPrintable(problem));
+        return 2;
+    }
+    if (screenshot)
+        return stowage::renderScreenshot(w, path, parser.value("screenshot"), parser);
+    w.show();
     w.openCheckpoint(path);
     return app.exec();
 }

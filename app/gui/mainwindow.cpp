@@ -1,26 +1,40 @@
 #include "mainwindow.h"
 
-#include "budgetpanel.h"
+#include "budgetbarsview.h"
+#include "budgetmodel.h"
 #include "devicemapmodel.h"
+#include "display.h"
+#include "hubcachedialog.h"
 #include "moduletreemodel.h"
+#include "planningpage.h"
+#include "plancontrols.h"
+#include "snippets.h"
 #include "stowage/checkpoint.h"
-#include "stowage/error.h"
 #include "stowage/fileio.h"
 #include "stowage/moduletree.h"
-#include "stowage/planner.h"
 
 #include <QAction>
+#include <QActionGroup>
 #include <QApplication>
+#include <QClipboard>
+#include <QCloseEvent>
+#include <QDir>
 #include <QFileDialog>
 #include <QFutureWatcher>
+#include <QHBoxLayout>
 #include <QHeaderView>
+#include <QInputDialog>
 #include <QLabel>
 #include <QMenuBar>
-#include <QMessageBox>
+#include <QMimeData>
+#include <QScrollArea>
 #include <QSettings>
 #include <QSplitter>
+#include <QStandardPaths>
 #include <QStatusBar>
-#include <QTableView>
+#include <QStorageInfo>
+#include <QStyleFactory>
+#include <QToolButton>
 #include <QTreeView>
 #include <QVBoxLayout>
 #include <QtConcurrent/QtConcurrentRun>
@@ -29,138 +43,430 @@ namespace stowage {
 
 struct MainWindow::Opened {
     QString path;
+    QString folder;
     std::shared_ptr<const ModuleTree> tree;
+    std::optional<ModelConfig> config;
+    DType dtype = DType::BF16;
     QString summary;
     QString error;
 };
 
-MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent)
+MainWindow::MainWindow() : MainWindow(Options{}) {}
+
+MainWindow::MainWindow(Options options, QWidget* parent) : QMainWindow(parent), m_options(options)
 {
+    setObjectName("mainWindow");
     setWindowTitle(tr("Stowage"));
-    resize(1000, 700);
+    setAcceptDrops(true);
+    resize(1400, 900);
     auto* central = new QWidget(this);
     auto* layout = new QVBoxLayout(central);
-    m_summary = new QLabel(tr("Open a checkpoint folder, index or weights file (Ctrl+O)."), central);
+    layout->setContentsMargins(8, 6, 8, 4);
+
+    m_summary = new QLabel(tr("Open a checkpoint folder, index or weights file (Ctrl+O), drop one here, or browse the Hub cache (Ctrl+Shift+H)."), central);
+    m_summary->setObjectName("summary");
     m_summary->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    m_summary->setWordWrap(true);
+
+    m_errorBar = new QWidget(central);
+    m_errorBar->setObjectName("errorBar");
+    m_errorBar->setStyleSheet("#errorBar { background: #fde2e2; border: 1px solid #e8a0a0; border-radius: 3px; } QLabel { color: #7a1010; }");
+    auto* el = new QHBoxLayout(m_errorBar);
+    el->setContentsMargins(8, 4, 4, 4);
+    m_errorLabel = new QLabel(m_errorBar);
+    m_errorLabel->setWordWrap(true);
+    m_errorLabel->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    auto* close = new QToolButton(m_errorBar);
+    close->setText(QStringLiteral("✕"));
+    close->setAutoRaise(true);
+    el->addWidget(m_errorLabel, 1);
+    el->addWidget(close);
+    m_errorBar->hide();
+    connect(close, &QToolButton::clicked, m_errorBar, &QWidget::hide);
+
     m_model = new ModuleTreeModel(this);
     m_view = new QTreeView(central);
+    m_view->setObjectName("moduleTree");
     m_view->setModel(m_model);
     m_view->setUniformRowHeights(true);
     m_view->setAlternatingRowColors(true);
+    m_view->setSelectionMode(QAbstractItemView::SingleSelection);
     m_view->header()->setSectionResizeMode(ModuleTreeModel::NameColumn, QHeaderView::ResizeToContents);
-    auto* splitter = new QSplitter(Qt::Horizontal, central);
-    splitter->addWidget(m_view);
-    splitter->addWidget(buildPlanningPanel(splitter));
-    splitter->setStretchFactor(0, 1);
-    splitter->setStretchFactor(1, 1);
+    m_view->header()->setSectionResizeMode(ModuleTreeModel::DeviceColumn, QHeaderView::ResizeToContents);
+
+    m_page = new PlanningPage(m_model, central);
+    m_page->setObjectName("planningPage");
+    auto* scroll = new QScrollArea(central);
+    scroll->setWidget(m_page);
+    scroll->setWidgetResizable(true);
+    scroll->setFrameShape(QFrame::NoFrame);
+
+    m_splitter = new QSplitter(Qt::Horizontal, central);
+    m_splitter->setObjectName("mainSplitter");
+    m_splitter->addWidget(m_view);
+    m_splitter->addWidget(scroll);
+    m_splitter->setStretchFactor(0, 2);
+    m_splitter->setStretchFactor(1, 3);
+    m_splitter->setSizes({540, 860});
     layout->addWidget(m_summary);
-    layout->addWidget(splitter, 1);
+    layout->addWidget(m_errorBar);
+    layout->addWidget(m_splitter, 1);
     setCentralWidget(central);
 
-    QMenu* file = menuBar()->addMenu(tr("&File"));
-    QAction* openFolder = file->addAction(tr("&Open Checkpoint Folder…"), this, &MainWindow::chooseFolder);
-    openFolder->setShortcut(QKeySequence::Open);
-    QAction* openFile = file->addAction(tr("Open &Weights or Index File…"), this, &MainWindow::chooseFile);
-    openFile->setShortcut(QKeySequence(tr("Ctrl+Shift+O")));
-    m_recentMenu = file->addMenu(tr("Open &Recent"));
-    file->addSeparator();
-    m_exportAction = file->addAction(tr("&Export Device Map…"), this, &MainWindow::chooseExportFile);
-    m_exportAction->setShortcut(QKeySequence(tr("Ctrl+E")));
-    m_exportAction->setEnabled(false);
-    file->addSeparator();
-    QAction* quit = file->addAction(tr("&Quit"), qApp, &QApplication::quit);
-    quit->setShortcut(QKeySequence::Quit);
-    rebuildRecentMenu();
+    connect(m_page, &PlanningPage::planChanged, this, &MainWindow::planChanged);
+    connect(m_page, &PlanningPage::moduleActivated, this, &MainWindow::syncTreeSelection);
+    connect(m_view->selectionModel(), &QItemSelectionModel::currentChanged, this, [this](const QModelIndex& current) {
+        if (!m_syncing)
+            m_page->selectModule(current.isValid() ? current.data(ModuleTreeModel::ModuleIndexRole).toInt() : -1);
+    });
+    connect(m_page->budgetBars(), &BudgetBarsView::customGpuRequested, this, &MainWindow::addCustomGpu);
+
+    buildMenus();
+    if (m_options.probeMachine) {
+        probeMachine();
+    } else {
+        // A fixed machine, for tests and screenshots: no GPU, 64 GiB of RAM, a 2 TiB disk.
+        m_page->budgetModel()->setMachine({}, {Device::cpu(), tr("RAM"), {}, false, 64ull << 30, 64ull << 30, 32ull << 30},
+                                          {Device::disk(), tr("offload folder"), {}, false, 2ull << 40, 2ull << 40, 2ull << 40});
+    }
+    if (m_options.restoreSettings) {
+        restoreBudgets();
+        QSettings s;
+        restoreGeometry(s.value("window/geometry").toByteArray());
+        m_splitter->restoreState(s.value("window/splitter").toByteArray());
+    }
     statusBar()->showMessage(tr("Ready"));
 }
 
-QString MainWindow::summary() const { return m_summary->text(); }
+MainWindow::~MainWindow() = default;
 
-QString MainWindow::totalsText() const { return m_totals->text(); }
-
-QWidget* MainWindow::buildPlanningPanel(QWidget* parent)
+void MainWindow::buildMenus()
 {
-    auto* panel = new QWidget(parent);
-    auto* layout = new QVBoxLayout(panel);
-    layout->setContentsMargins(0, 0, 0, 0);
-    m_budgets = new BudgetPanel(panel);
-    m_mapModel = new DeviceMapModel(this);
-    m_mapView = new QTableView(panel);
-    m_mapView->setObjectName("deviceMap");
-    m_mapView->setModel(m_mapModel);
-    m_mapView->setAlternatingRowColors(true);
-    m_mapView->setSelectionBehavior(QAbstractItemView::SelectRows);
-    m_mapView->setWordWrap(false);
-    m_mapView->verticalHeader()->hide();
-    m_mapView->verticalHeader()->setDefaultSectionSize(m_mapView->fontMetrics().height() + 6);
-    m_mapView->horizontalHeader()->setStretchLastSection(true);
-    m_totals = new QLabel(tr("No plan yet."), panel);
-    m_totals->setObjectName("deviceTotals");
-    m_totals->setTextInteractionFlags(Qt::TextSelectableByMouse);
-    m_totals->setWordWrap(true);
-    layout->addWidget(m_budgets);
-    layout->addWidget(m_mapView, 1);
-    layout->addWidget(m_totals);
-    connect(m_budgets, &BudgetPanel::budgetsChanged, this, &MainWindow::replan);
-    return panel;
+    auto add = [this](QMenu* menu, const QString& name, const QString& text, const QKeySequence& key, auto slot) {
+        QAction* a = menu->addAction(text, this, slot);
+        a->setObjectName(name);
+        if (!key.isEmpty())
+            a->setShortcut(key);
+        return a;
+    };
+    QMenu* file = menuBar()->addMenu(tr("&File"));
+    add(file, "openFolder", tr("&Open Checkpoint Folder…"), QKeySequence::Open, &MainWindow::chooseFolder);
+    add(file, "openFile", tr("Open &Weights, Index or config File…"), QKeySequence(tr("Ctrl+Shift+O")), &MainWindow::chooseFile);
+    add(file, "hubCache", tr("Browse the &Hub Cache…"), QKeySequence(tr("Ctrl+Shift+H")), [this] { showHubCache(); });
+    m_recentMenu = file->addMenu(tr("Open &Recent"));
+    file->addSeparator();
+    add(file, "importMap", tr("&Import Device Map…"), QKeySequence(tr("Ctrl+I")), &MainWindow::chooseImportFile);
+    m_planActions << add(file, "exportMap", tr("&Export Device Map…"), QKeySequence(tr("Ctrl+E")), &MainWindow::chooseExportFile);
+    m_planActions << add(file, "copyTransformers", tr("Copy &transformers Snippet"), QKeySequence(tr("Ctrl+Shift+C")),
+                         [this] { copyTransformersSnippet(); });
+    m_planActions << add(file, "copyAccelerate", tr("Copy &Accelerate Snippet"), QKeySequence(tr("Ctrl+Alt+C")),
+                         [this] { copyAccelerateSnippet(); });
+    file->addSeparator();
+    add(file, "quit", tr("&Quit"), QKeySequence::Quit, [this] { close(); });
+    for (QAction* a : m_planActions)
+        a->setEnabled(false);
+    action("importMap")->setEnabled(false);
+
+    QMenu* devices = menuBar()->addMenu(tr("&Devices"));
+    QMenu* sim = devices->addMenu(tr("Add &Simulated GPU"));
+    for (QAction* a : m_page->budgetBars()->addGpuButton()->menu()->actions())
+        sim->addAction(a);
+    add(devices, "resetBudgets", tr("&Reset Budgets to This Machine"), {}, [this] {
+        QSettings().remove("budgets");
+        probeMachine();
+    });
+
+    QMenu* view = menuBar()->addMenu(tr("&View"));
+    auto* themes = new QActionGroup(this);
+    const int saved = QSettings().value("view/theme", 0).toInt();
+    const std::pair<Theme, QString> items[] = {{Theme::System, tr("&System Colours")}, {Theme::Light, tr("&Light")}, {Theme::Dark, tr("&Dark")}};
+    for (const auto& [theme, label] : items) {
+        QAction* a = view->addAction(label);
+        a->setCheckable(true);
+        a->setChecked(static_cast<int>(theme) == saved);
+        themes->addAction(a);
+        connect(a, &QAction::triggered, this, [theme = theme] {
+            QSettings().setValue("view/theme", static_cast<int>(theme));
+            applyTheme(theme);
+        });
+    }
+    rebuildRecentMenu();
 }
 
-void MainWindow::replan(const PlanOptions& options)
+QAction* MainWindow::action(const QString& objectName) const { return findChild<QAction*>(objectName); }
+
+BudgetModel* MainWindow::budgetModel() const { return m_page->budgetModel(); }
+
+DeviceMapModel* MainWindow::deviceMapModel() const { return m_page->deviceMapModel(); }
+
+QString MainWindow::summary() const { return m_summary->text(); }
+
+QString MainWindow::totalsText() const { return m_page->totalsText(); }
+
+QString MainWindow::errorText() const { return m_errorBar->isVisible() ? m_errorLabel->text() : QString(); }
+
+void MainWindow::showError(const QString& text)
 {
-    const ModuleTree* tree = m_model->tree();
-    if (!tree)
-        return;
-    try {
-        m_mapModel->setPlan(planDeviceMap(*tree, options));
-    } catch (const std::exception& e) {
-        // Impossible options: keep showing the last good plan.
-        statusBar()->showMessage(tr("Cannot plan: %1").arg(QString::fromStdString(e.what())), 5000);
+    m_errorLabel->setText(text);
+    m_errorBar->setVisible(!text.isEmpty());
+}
+
+void MainWindow::applyTheme(Theme theme)
+{
+    if (theme == Theme::System) {
+        QApplication::setPalette(QApplication::style()->standardPalette());
         return;
     }
-    // The Why column stretches and elides; its full text is the tooltip.
-    for (int c = DeviceMapModel::ModuleColumn; c < DeviceMapModel::WhyColumn; ++c)
-        m_mapView->resizeColumnToContents(c);
-    m_totals->setText(DeviceMapModel::totalsLine(m_mapModel->plan()));
-    m_exportAction->setEnabled(true);
+    QApplication::setStyle(QStyleFactory::create(QStringLiteral("Fusion")));
+    QPalette p = QApplication::style()->standardPalette();
+    if (theme == Theme::Dark) {
+        p.setColor(QPalette::Window, QColor(0x2b2b2b));
+        p.setColor(QPalette::WindowText, QColor(0xe6e6e6));
+        p.setColor(QPalette::Base, QColor(0x1e1e1e));
+        p.setColor(QPalette::AlternateBase, QColor(0x262626));
+        p.setColor(QPalette::Text, QColor(0xe6e6e6));
+        p.setColor(QPalette::Button, QColor(0x353535));
+        p.setColor(QPalette::ButtonText, QColor(0xe6e6e6));
+        p.setColor(QPalette::Highlight, QColor(0x3d7bd9));
+        p.setColor(QPalette::HighlightedText, Qt::white);
+        p.setColor(QPalette::ToolTipBase, QColor(0x353535));
+        p.setColor(QPalette::ToolTipText, QColor(0xe6e6e6));
+        p.setColor(QPalette::PlaceholderText, QColor(0x8a8a8a));
+        p.setColor(QPalette::Mid, QColor(0x555555));
+        p.setColor(QPalette::Dark, QColor(0x1a1a1a));
+        p.setColor(QPalette::Disabled, QPalette::Text, QColor(0x777777));
+        p.setColor(QPalette::Disabled, QPalette::ButtonText, QColor(0x777777));
+    }
+    QApplication::setPalette(p);
+}
+
+void MainWindow::probeMachine()
+{
+    // Fast figures now (/proc/meminfo, NVML free memory, disk space); names and
+    // bandwidths from the self-test later, off the GUI thread.
+    const MachineMemory mem = detectMachineMemory();
+    // Defaults a person would type: whole GiB below what is free.
+    auto round = [](quint64 b) { return b > (4ull << 30) ? b / (1ull << 30) * (1ull << 30) : b / (1ull << 20) * (1ull << 20); };
+    QVector<BudgetDevice> gpus;
+    for (uint64_t free : mem.gpuFreeBytes) {
+        BudgetDevice g;
+        g.hardware = tr("NVIDIA GPU");
+        g.free = g.capacity = free;
+        g.budget = round(free);
+        gpus.push_back(g);
+    }
+    const QString offload = QStandardPaths::writableLocation(QStandardPaths::CacheLocation);
+    QDir().mkpath(offload);
+    const QStorageInfo storage(offload);
+    BudgetDevice cpu{Device::cpu(), tr("RAM"), {}, false, mem.ramAvailableBytes, mem.ramAvailableBytes,
+                     round(mem.ramAvailableBytes / 10 * 9)};
+    BudgetDevice disk{Device::disk(), tr("offload folder on %1").arg(storage.rootPath()), {}, false,
+                      quint64(storage.bytesAvailable()), quint64(storage.bytesAvailable()), round(quint64(storage.bytesAvailable()))};
+    budgetModel()->setMachine(gpus, cpu, disk);
+
+    auto* watcher = new QFutureWatcher<HardwareProfile>(this);
+    connect(watcher, &QFutureWatcher<HardwareProfile>::finished, this, [this, watcher] {
+        const HardwareProfile hw = watcher->result();
+        watcher->deleteLater();
+        for (size_t i = 0; i < hw.gpus.size(); ++i)
+            if (const int row = budgetModel()->rowOf(Device::gpu(int(i))); row >= 0 && !budgetModel()->at(row).simulated)
+                budgetModel()->setHardware(row, QString::fromStdString(hw.gpus[i].name), hw.gpus[i].memoryBytes);
+        m_page->setThisMachine(hw);
+    });
+    watcher->setFuture(QtConcurrent::run([] { return measureThisMachine(); }));
+}
+
+void MainWindow::restoreBudgets()
+{
+    QSettings s;
+    BudgetModel* m = budgetModel();
+    const QStringList sims = s.value("budgets/simulated").toStringList();
+    for (const QString& spec : sims) {
+        const QStringList f = spec.split(QLatin1Char('|'));
+        if (f.size() == 3)
+            m->addSimulatedGpu(f[1], f[0], f[2].toULongLong());
+    }
+    for (int r = 0; r < m->rowCount(); ++r) {
+        const QVariant v = s.value(QStringLiteral("budgets/") + QString::fromStdString(m->at(r).device.name()));
+        if (v.isValid())
+            m->setBudget(r, v.toULongLong());
+    }
+}
+
+void MainWindow::saveSettings() const
+{
+    if (!m_options.restoreSettings)
+        return;
+    QSettings s;
+    s.setValue("window/geometry", saveGeometry());
+    s.setValue("window/splitter", m_splitter->saveState());
+    s.remove("budgets");
+    const BudgetModel* m = budgetModel();
+    QStringList sims;
+    for (int r = 0; r < m->rowCount(); ++r) {
+        const BudgetDevice& d = m->at(r);
+        if (d.simulated)
+            sims << QStringLiteral("%1|%2|%3").arg(d.preset, d.hardware).arg(d.capacity);
+        s.setValue(QStringLiteral("budgets/") + QString::fromStdString(d.device.name()), QVariant::fromValue<quint64>(d.budget));
+    }
+    s.setValue("budgets/simulated", sims);
+}
+
+void MainWindow::closeEvent(QCloseEvent* event)
+{
+    saveSettings();
+    QMainWindow::closeEvent(event);
+}
+
+void MainWindow::dragEnterEvent(QDragEnterEvent* event)
+{
+    if (event->mimeData()->hasUrls() && event->mimeData()->urls().value(0).isLocalFile())
+        event->acceptProposedAction();
+}
+
+void MainWindow::dropEvent(QDropEvent* event)
+{
+    const QString path = event->mimeData()->urls().value(0).toLocalFile();
+    if (!path.isEmpty()) {
+        openCheckpoint(path);
+        event->acceptProposedAction();
+    }
+}
+
+void MainWindow::addCustomGpu()
+{
+    auto* dlg = new QInputDialog(this);
+    dlg->setObjectName("customGpuDialog");
+    dlg->setAttribute(Qt::WA_DeleteOnClose);
+    dlg->setWindowTitle(tr("Add Simulated GPU"));
+    dlg->setLabelText(tr("Memory of the simulated GPU (e.g. 48GiB, 96GB):"));
+    dlg->setTextValue(QStringLiteral("48GiB"));
+    connect(dlg, &QInputDialog::textValueSelected, this, [this](const QString& text) {
+        try {
+            const quint64 bytes = parseSize(text.trimmed().toStdString(), "GPU memory");
+            budgetModel()->addSimulatedGpu(tr("GPU with %1").arg(formatBytes(bytes)), QString(), bytes);
+        } catch (const std::exception& e) {
+            showError(QString::fromStdString(e.what()));
+        }
+    });
+    dlg->open();
+}
+
+void MainWindow::planChanged()
+{
+    const bool has = m_page->plan() != nullptr;
+    for (QAction* a : m_planActions)
+        a->setEnabled(has);
+}
+
+void MainWindow::syncTreeSelection(int module)
+{
+    const QModelIndex idx = m_model->indexOfModule(module);
+    if (!idx.isValid())
+        return;
+    m_syncing = true;
+    m_view->scrollTo(idx);
+    m_view->selectionModel()->setCurrentIndex(idx, QItemSelectionModel::ClearAndSelect | QItemSelectionModel::Rows);
+    m_syncing = false;
+    m_page->selectModule(module);
 }
 
 void MainWindow::chooseExportFile()
 {
-    QString f = QFileDialog::getSaveFileName(this, tr("Export Device Map"), QStringLiteral("device_map.json"),
-                                             tr("Device map (*.json)"));
-    if (!f.isEmpty())
-        exportDeviceMap(f);
+    auto* dlg = new QFileDialog(this, tr("Export Device Map"), QStringLiteral("device_map.json"), tr("Device map (*.json)"));
+    dlg->setAcceptMode(QFileDialog::AcceptSave);
+    dlg->setAttribute(Qt::WA_DeleteOnClose);
+    connect(dlg, &QFileDialog::fileSelected, this, [this](const QString& f) { exportDeviceMap(f); });
+    dlg->open();
+}
+
+void MainWindow::chooseImportFile()
+{
+    auto* dlg = new QFileDialog(this, tr("Import Device Map"), QString(), tr("Device map (*.json)"));
+    dlg->setFileMode(QFileDialog::ExistingFile);
+    dlg->setAttribute(Qt::WA_DeleteOnClose);
+    connect(dlg, &QFileDialog::fileSelected, this, [this](const QString& f) { importDeviceMap(f); });
+    dlg->open();
 }
 
 bool MainWindow::exportDeviceMap(const QString& path)
 {
+    if (!m_page->plan())
+        return false;
     try {
-        writeFileAtomically(path.toStdString(), deviceMapToJson(m_mapModel->plan().deviceMap) + "\n");
+        writeFileAtomically(path.toStdString(), deviceMapToJson(m_page->plan()->deviceMap) + "\n");
     } catch (const std::exception& e) {
-        auto* box = new QMessageBox(QMessageBox::Warning, tr("Cannot export device map"),
-                                    QString::fromStdString(e.what()), QMessageBox::Ok, this);
-        box->setObjectName("exportError");
-        box->setAttribute(Qt::WA_DeleteOnClose);
-        box->open();
+        showError(tr("Cannot export the device map: %1").arg(QString::fromStdString(e.what())));
         return false;
     }
     statusBar()->showMessage(tr("Exported %1").arg(path), 5000);
     return true;
 }
 
+bool MainWindow::importDeviceMap(const QString& path)
+{
+    std::string text;
+    try {
+        text = readTextFile(path.toStdString());
+    } catch (const std::exception& e) {
+        showError(tr("Cannot import: %1").arg(QString::fromStdString(e.what())));
+        return false;
+    }
+    if (!m_page->importMap(QString::fromStdString(text), path))
+        return false;
+    statusBar()->showMessage(tr("Imported %1").arg(path), 5000);
+    return true;
+}
+
+QString MainWindow::copyTransformersSnippet()
+{
+    const QString s = transformersSnippet(m_page->snippetInput());
+    QGuiApplication::clipboard()->setText(s);
+    statusBar()->showMessage(tr("Copied a transformers snippet that loads this model with this map"), 5000);
+    return s;
+}
+
+QString MainWindow::copyAccelerateSnippet()
+{
+    const QString s = accelerateSnippet(m_page->snippetInput());
+    QGuiApplication::clipboard()->setText(s);
+    statusBar()->showMessage(tr("Copied an Accelerate snippet that loads this model with this map"), 5000);
+    return s;
+}
+
+HubCacheDialog* MainWindow::showHubCache()
+{
+    if (!m_hub) {
+        m_hub = new HubCacheDialog(this);
+        connect(m_hub, &HubCacheDialog::openRequested, this, &MainWindow::openCheckpoint);
+    }
+    m_hub->show();
+    m_hub->raise();
+    m_hub->rescan();
+    return m_hub;
+}
+
 void MainWindow::chooseFolder()
 {
-    QString dir = QFileDialog::getExistingDirectory(this, tr("Open Checkpoint Folder"));
-    if (!dir.isEmpty())
-        openCheckpoint(dir);
+    auto* dlg = new QFileDialog(this, tr("Open Checkpoint Folder"));
+    dlg->setFileMode(QFileDialog::Directory);
+    dlg->setOption(QFileDialog::ShowDirsOnly);
+    dlg->setAttribute(Qt::WA_DeleteOnClose);
+    connect(dlg, &QFileDialog::fileSelected, this, &MainWindow::openCheckpoint);
+    dlg->open();
 }
 
 void MainWindow::chooseFile()
 {
-    QString f = QFileDialog::getOpenFileName(this, tr("Open Weights or Index File"), QString(),
-                                             tr("Checkpoints (*.safetensors *.json *.bin)"));
-    if (!f.isEmpty())
-        openCheckpoint(f);
+    auto* dlg = new QFileDialog(this, tr("Open Weights, Index or config File"), QString(),
+                                tr("Checkpoints (*.safetensors *.json *.bin)"));
+    dlg->setFileMode(QFileDialog::ExistingFile);
+    dlg->setAttribute(Qt::WA_DeleteOnClose);
+    connect(dlg, &QFileDialog::fileSelected, this, [this](const QString& f) {
+        // config.json stands for its folder (plan before download).
+        openCheckpoint(QFileInfo(f).fileName() == QLatin1String("config.json") ? QFileInfo(f).absolutePath() : f);
+    });
+    dlg->open();
 }
 
 void MainWindow::openCheckpoint(const QString& path)
@@ -178,13 +484,16 @@ void MainWindow::openCheckpoint(const QString& path)
         try {
             Checkpoint ck = Checkpoint::open(path.toStdString());
             auto tree = std::make_shared<ModuleTree>(buildModuleTree(ck, std::nullopt));
-            r->summary = QObject::tr("%1 — %2, %3, %4 in %5 modules%6")
-                             .arg(QString::fromStdString(ck.weightsPath()))
+            r->dtype = tree->dtype().value_or(DType::F32);
+            r->summary = QObject::tr("<b>%1</b> — %2, %3, %4 in %5 modules%6")
+                             .arg(QString::fromStdString(ck.weightsPath()).toHtmlEscaped())
                              .arg(QString::fromStdString(tree->modelType().empty() ? "unknown model_type" : tree->modelType()))
-                             .arg(QString::fromLatin1(dtypeTorchName(*tree->dtype())))
-                             .arg(ModuleTreeModel::formatBytes(tree->root().bytes))
+                             .arg(QString::fromLatin1(dtypeTorchName(r->dtype)))
+                             .arg(formatBytes(tree->root().bytes))
                              .arg(tree->modules().size())
-                             .arg(ck.indexOnly() ? QObject::tr(" (index only: shapes from config.json)") : QString());
+                             .arg(ck.indexOnly() ? QObject::tr(" <i>(index only: planned before download)</i>") : QString());
+            r->folder = QString::fromStdString(ck.folder());
+            r->config = ck.config();
             r->tree = std::move(tree);
         } catch (const std::exception& e) {
             r->error = QString::fromStdString(e.what());
@@ -198,26 +507,23 @@ void MainWindow::showOpened(int job, const std::shared_ptr<Opened>& r)
     if (job != m_job)
         return; // a newer open superseded this one
     if (!r->error.isEmpty()) {
-        statusBar()->showMessage(tr("Could not open %1").arg(r->path));
-        // Window-modal but not blocking: the window stays usable behind it.
-        auto* box = new QMessageBox(QMessageBox::Warning, tr("Cannot open checkpoint"), r->error, QMessageBox::Ok, this);
-        box->setObjectName("openError");
-        box->setAttribute(Qt::WA_DeleteOnClose);
-        box->open();
+        statusBar()->showMessage(tr("Could not open %1").arg(r->path), 5000);
+        // In the window, not a dialog: the previous model stays open and usable.
+        showError(tr("Cannot open %1: %2").arg(r->path, r->error));
+        emit checkpointOpened(false, r->error);
         return;
     }
-    m_model->setTree(r->tree);
+    showError({});
+    m_model->setTree(nullptr); // a different model: reset rather than re-size
+    m_page->setModel(r->tree, r->config, r->dtype, r->folder);
     m_view->expandToDepth(1);
     m_view->resizeColumnToContents(ModuleTreeModel::ClassColumn);
     m_summary->setText(r->summary);
-    // A plan of the previous checkpoint must not outlive it, even if this one cannot be planned.
-    m_mapModel->clear();
-    m_totals->setText(tr("No plan yet."));
-    m_exportAction->setEnabled(false);
-    replan(m_budgets->options());
+    action("importMap")->setEnabled(true);
     setWindowTitle(tr("%1 — Stowage").arg(r->path));
     statusBar()->showMessage(tr("Opened %1").arg(r->path), 5000);
     rememberRecent(r->path);
+    emit checkpointOpened(true, {});
 }
 
 void MainWindow::rememberRecent(const QString& path)

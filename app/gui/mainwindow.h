@@ -1,4 +1,8 @@
 #pragma once
+// The main window: the module tree on the left, the planning page on the
+// right, File/View/Devices menus. Opening runs off the GUI thread (each
+// open numbered, stale results dropped); errors show in the window and
+// keep the previous model open.
 #include <QMainWindow>
 
 #include <memory>
@@ -6,53 +10,90 @@
 class QAction;
 class QLabel;
 class QMenu;
-class QTableView;
+class QSplitter;
+class QToolButton;
 class QTreeView;
 
 namespace stowage {
 
-class BudgetPanel;
+class BudgetModel;
 class DeviceMapModel;
+class HubCacheDialog;
 class ModuleTreeModel;
-class ModuleTree;
-struct PlanOptions;
+class PlanningPage;
 
 class MainWindow : public QMainWindow {
     Q_OBJECT
 public:
-    explicit MainWindow(QWidget* parent = nullptr);
+    struct Options {
+        bool probeMachine = true;    // detect GPUs, RAM, disk and measure this machine
+        bool restoreSettings = true; // budgets, simulated GPUs, window state from QSettings
+    };
+    MainWindow();
+    explicit MainWindow(Options options, QWidget* parent = nullptr);
+    ~MainWindow() override;
+
     // Opens on a worker thread; results of an older open are dropped.
     void openCheckpoint(const QString& path);
     ModuleTreeModel* moduleModel() const { return m_model; }
+    QTreeView* moduleView() const { return m_view; }
+    PlanningPage* planningPage() const { return m_page; }
+    BudgetModel* budgetModel() const;
+    DeviceMapModel* deviceMapModel() const;
     QString summary() const;
-    BudgetPanel* budgetPanel() const { return m_budgets; }
-    DeviceMapModel* deviceMapModel() const { return m_mapModel; }
     QString totalsText() const;
+    QString errorText() const; // the error bar's text, empty when hidden
     // Writes the current map as device-map JSON; false (and a message) on failure.
     bool exportDeviceMap(const QString& path);
+    bool importDeviceMap(const QString& path);
+    // Python for transformers / Accelerate, also put on the clipboard.
+    QString copyTransformersSnippet();
+    QString copyAccelerateSnippet();
+    QAction* action(const QString& objectName) const;
+    HubCacheDialog* showHubCache();
+    enum class Theme { System, Light, Dark };
+    static void applyTheme(Theme theme);
+
+signals:
+    // After each open: ok, or the error shown.
+    void checkpointOpened(bool ok, const QString& error);
+
+protected:
+    void closeEvent(QCloseEvent* event) override;
+    void dragEnterEvent(QDragEnterEvent* event) override;
+    void dropEvent(QDropEvent* event) override;
 
 private:
     struct Opened;
+    void buildMenus();
     void showOpened(int job, const std::shared_ptr<Opened>& result);
+    void showError(const QString& text);
     void chooseFolder();
     void chooseFile();
+    void chooseImportFile();
+    void chooseExportFile();
+    void addCustomGpu();
     void rememberRecent(const QString& path);
     void rebuildRecentMenu();
-    QWidget* buildPlanningPanel(QWidget* parent);
-    // Re-plans on the GUI thread: planning a 405B skeleton takes well under a millisecond.
-    void replan(const PlanOptions& options);
-    void chooseExportFile();
+    void probeMachine();
+    void saveSettings() const;
+    void restoreBudgets();
+    void planChanged();
+    void syncTreeSelection(int module);
 
+    Options m_options;
     ModuleTreeModel* m_model = nullptr;
     QTreeView* m_view = nullptr;
     QLabel* m_summary = nullptr;
+    QWidget* m_errorBar = nullptr;
+    QLabel* m_errorLabel = nullptr;
+    QSplitter* m_splitter = nullptr;
+    PlanningPage* m_page = nullptr;
     QMenu* m_recentMenu = nullptr;
-    BudgetPanel* m_budgets = nullptr;
-    DeviceMapModel* m_mapModel = nullptr;
-    QTableView* m_mapView = nullptr;
-    QLabel* m_totals = nullptr;
-    QAction* m_exportAction = nullptr;
+    QList<QAction*> m_planActions; // enabled once there is a plan
+    HubCacheDialog* m_hub = nullptr;
     int m_job = 0;
+    bool m_syncing = false;
 };
 
 } // namespace stowage

@@ -1,6 +1,6 @@
 #include "devicemapmodel.h"
 
-#include "moduletreemodel.h"
+#include "display.h"
 
 #include <QStringList>
 
@@ -12,10 +12,18 @@ void DeviceMapModel::setPlan(Plan plan)
 {
     beginResetModel();
     m_plan = std::move(plan);
+    m_problems.clear();
     endResetModel();
 }
 
 void DeviceMapModel::clear() { setPlan(Plan{}); }
+
+void DeviceMapModel::setProblems(const QHash<QString, QString>& problems)
+{
+    m_problems = problems;
+    if (rowCount() > 0)
+        emit dataChanged(index(0, 0), index(rowCount() - 1, ColumnCount - 1));
+}
 
 int DeviceMapModel::rowCount(const QModelIndex& parent) const
 {
@@ -24,22 +32,26 @@ int DeviceMapModel::rowCount(const QModelIndex& parent) const
 
 int DeviceMapModel::columnCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : ColumnCount; }
 
-QString DeviceMapModel::deviceLabel(const Device& d)
-{
-    switch (d.kind) {
-    case Device::Gpu: return tr("GPU %1").arg(d.index);
-    case Device::Cpu: return tr("CPU");
-    case Device::Disk: return tr("Disk");
-    }
-    return {};
-}
+QString DeviceMapModel::deviceLabel(const Device& d) { return stowage::deviceLabel(d); }
 
 QVariant DeviceMapModel::data(const QModelIndex& index, int role) const
 {
     if (!checkIndex(index, CheckIndexOption::IndexIsValid | CheckIndexOption::ParentIsInvalid))
         return {};
     const PlanEntry& e = m_plan.entries[static_cast<size_t>(index.row())];
+    const auto problem = m_problems.constFind(QString::fromStdString(e.module));
+    const bool bad = problem != m_problems.constEnd();
     switch (role) {
+    case ProblemRole:
+        return bad ? *problem : QString();
+    case Qt::DecorationRole:
+        if (index.column() == DeviceColumn)
+            return deviceColor(e.device);
+        return {};
+    case Qt::ForegroundRole:
+        if (bad && index.column() == WhyColumn)
+            return QColor(0xd0, 0x30, 0x30);
+        return {};
     case BytesRole:
         return QVariant::fromValue<quint64>(e.bytes);
     case DeviceNameRole:
@@ -49,7 +61,7 @@ QVariant DeviceMapModel::data(const QModelIndex& index, int role) const
             return QVariant(Qt::AlignRight | Qt::AlignVCenter);
         return {};
     case Qt::ToolTipRole:
-        return QString::fromStdString(e.why);
+        return bad ? *problem : QString::fromStdString(e.why);
     case Qt::DisplayRole:
         break;
     default:
@@ -61,9 +73,9 @@ QVariant DeviceMapModel::data(const QModelIndex& index, int role) const
     case DeviceColumn:
         return deviceLabel(e.device);
     case SizeColumn:
-        return ModuleTreeModel::formatBytes(e.bytes);
+        return formatBytes(e.bytes);
     case WhyColumn:
-        return QString::fromStdString(e.why);
+        return bad ? *problem : QString::fromStdString(e.why);
     }
     return {};
 }
@@ -89,8 +101,8 @@ QString DeviceMapModel::totalsLine(const Plan& plan)
         if (t.used == 0 && t.budget < 0)
             continue;
         const QString budget =
-            t.budget < 0 ? tr("unlimited") : ModuleTreeModel::formatBytes(static_cast<quint64>(t.budget));
-        parts << tr("%1: %2 / %3").arg(deviceLabel(t.device), ModuleTreeModel::formatBytes(t.used), budget);
+            t.budget < 0 ? tr("unlimited") : formatBytes(static_cast<quint64>(t.budget));
+        parts << tr("%1: %2 / %3").arg(deviceLabel(t.device), formatBytes(t.used), budget);
     }
     return parts.join(QStringLiteral("  ·  "));
 }

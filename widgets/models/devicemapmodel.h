@@ -1,9 +1,11 @@
 #pragma once
-// Table model over a planned device map: one row per entry, in the order
-// transformers stores it, with the planner's one-sentence explanation.
+// Table model over a planned (or imported) device map: one row per entry,
+// in the order transformers stores it, with the planner's one-sentence
+// explanation, or for an imported map the problem found with that entry.
 #include "stowage/planner.h"
 
 #include <QAbstractTableModel>
+#include <QHash>
 
 namespace stowage {
 
@@ -12,12 +14,15 @@ class DeviceMapModel : public QAbstractTableModel {
 public:
     enum Column { ModuleColumn, DeviceColumn, SizeColumn, WhyColumn, ColumnCount };
     // Raw values for sorting and for other views.
-    enum Role { BytesRole = Qt::UserRole + 1, DeviceNameRole };
+    enum Role { BytesRole = Qt::UserRole + 1, DeviceNameRole, ProblemRole };
 
     explicit DeviceMapModel(QObject* parent = nullptr);
 
     void setPlan(Plan plan);
     void clear();
+    // Problems with entries of an imported map, by key; shown in the Why
+    // column in red. Cleared by setPlan.
+    void setProblems(const QHash<QString, QString>& problems);
     const Plan& plan() const { return m_plan; }
 
     int rowCount(const QModelIndex& parent = {}) const override;
@@ -32,6 +37,7 @@ public:
 
 private:
     Plan m_plan;
+    QHash<QString, QString> m_problems;
 };
 
 } // namespace stowage

@@ -1,0 +1,464 @@
+#include "planningpage.h"
+
+#include "budgetbarsview.h"
+#include "budgetmodel.h"
+#include "devicemapmodel.h"
+#include "display.h"
+#include "moduledevices.h"
+#include "moduletreemodel.h"
+#include "placementlayout.h"
+#include "placementmap.h"
+#include "plancontrols.h"
+#include "predictionmodel.h"
+#include "sharebardelegate.h"
+#include "snippets.h"
+#include "stowage/kvcache.h"
+
+#include <QComboBox>
+#include <QGroupBox>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QListWidget>
+#include <QSplitter>
+#include <QTableView>
+#include <QVBoxLayout>
+
+namespace stowage {
+
+namespace {
+const ExecutionPolicy kPolicies[] = {ExecutionPolicy::AccelerateLike, ExecutionPolicy::Prefetch,
+                                     ExecutionPolicy::ComputeWhereItLives};
+
+QLabel* banner(QWidget* parent, const char* name, const char* style)
+{
+    auto* l = new QLabel(parent);
+    l->setObjectName(QLatin1String(name));
+    l->setWordWrap(true);
+    l->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    l->setStyleSheet(QLatin1String(style));
+    l->hide();
+    return l;
+}
+
+QTableView* table(QWidget* parent, const char* name)
+{
+    auto* v = new QTableView(parent);
+    v->setObjectName(QLatin1String(name));
+    v->setSelectionBehavior(QAbstractItemView::SelectRows);
+    v->setWordWrap(false);
+    v->verticalHeader()->hide();
+    v->verticalHeader()->setDefaultSectionSize(v->fontMetrics().height() + 8);
+    v->horizontalHeader()->setStretchLastSection(true);
+    v->setAlternatingRowColors(true);
+    v->setShowGrid(false);
+    return v;
+}
+} // namespace
+
+PlanningPage::PlanningPage(ModuleTreeModel* treeModel, QWidget* parent) : QWidget(parent), m_treeModel(treeModel)
+{
+    m_budgets = new BudgetModel(this);
+    m_mapModel = new DeviceMapModel(this);
+    m_prediction = new PredictionModel(this);
+
+    auto* layout = new QVBoxLayout(this);
+    layout->setContentsMargins(0, 0, 0, 0);
+    layout->setSpacing(6);
+
+    auto* optionsBox = new QGroupBox(tr("Plan"), this);
+    auto* ol = new QVBoxLayout(optionsBox);
+    m_controls = new PlanControls(optionsBox);
+    ol->addWidget(m_controls);
+    layout->addWidget(optionsBox);
+
+    auto* devicesBox = new QGroupBox(tr("Devices and budgets (max_memory)"), this);
+    auto* dl = new QVBoxLayout(devicesBox);
+    m_bars = new BudgetBarsView(m_budgets, devicesBox);
+    dl->addWidget(m_bars);
+    layout->addWidget(devicesBox);
+
+    auto* placementBox = new QGroupBox(tr("Placement"), this);
+    auto* pl = new QVBoxLayout(placementBox);
+    m_error = banner(placementBox, "planError", "QLabel { background: #fde2e2; color: #7a1010; padding: 4px; border-radius: 3px; }");
+    m_banner = banner(placementBox, "importBanner", "QLabel { background: #e2ecfd; color: #10307a; padding: 4px; border-radius: 3px; }");
+    m_placement = new PlacementMap(placementBox);
+    m_placement->setObjectName("placementMap");
+    m_totals = new QLabel(tr("No plan yet."), placementBox);
+    m_totals->setObjectName("deviceTotals");
+    m_totals->setTextFormat(Qt::RichText);
+    m_totals->setWordWrap(true);
+    m_totals->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    pl->addWidget(m_error);
+    pl->addWidget(m_banner);
+    pl->addWidget(m_placement);
+    pl->addWidget(m_totals);
+    layout->addWidget(placementBox);
+
+    auto* splitter = new QSplitter(Qt::Vertical, this);
+    splitter->addWidget(buildPrediction());
+    auto* mapBox = new QGroupBox(tr("Device map"), splitter);
+    auto* ml = new QVBoxLayout(mapBox);
+    m_mapView = table(mapBox, "deviceMap");
+    m_mapView->setModel(m_mapModel);
+    m_mapView->horizontalHeader()->setSectionResizeMode(DeviceMapModel::ModuleColumn, QHeaderView::Interactive);
+    m_problems = new QListWidget(mapBox);
+    m_problems->setObjectName("mapProblems");
+    m_problems->setMaximumHeight(m_problems->fontMetrics().height() * 5);
+    m_problems->hide();
+    ml->addWidget(m_problems);
+    ml->addWidget(m_mapView, 1);
+    splitter->addWidget(mapBox);
+    splitter->setStretchFactor(1, 1);
+    layout->addWidget(splitter, 1);
+
+    connect(m_budgets, &BudgetModel::budgetsChanged, this, &PlanningPage::replan);
+    connect(m_controls, &PlanControls::optionsChanged, this, &PlanningPage::replan);
+    connect(m_controls, &PlanControls::sizingChanged, this, [this] {
+        resize();
+        replan();
+    });
+    connect(m_placement, &PlacementMap::moduleActivated, this, &PlanningPage::moduleActivated);
+    connect(m_assumeGpu, &QComboBox::currentIndexChanged, this, &PlanningPage::predict);
+    connect(m_problems, &QListWidget::itemActivated, this, [this](QListWidgetItem* item) {
+        if (m_tree) {
+            const int module = m_tree->find(item->data(Qt::UserRole).toString().toStdString());
+            if (module >= 0)
+                emit moduleActivated(module);
+        }
+    });
+}
+
+QWidget* PlanningPage::buildPrediction()
+{
+    auto* box = new QGroupBox(tr("Predicted decode speed"));
+    auto* l = new QVBoxLayout(box);
+    auto* row = new QHBoxLayout;
+    m_hardware = new QLabel(box);
+    m_hardware->setObjectName("predictionHardware");
+    m_hardware->setWordWrap(true);
+    m_hardware->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    m_assumeGpu = new QComboBox(box);
+    m_assumeGpu->setObjectName("assumedGpu");
+    m_assumeGpu->setToolTip(tr("The GPU model assumed for simulated GPUs of a custom size"));
+    for (const std::string& key : hardwarePresetNames())
+        if (key != "this-machine")
+            m_assumeGpu->addItem(QString::fromStdString(hardwarePreset(key).gpus.front().name), QString::fromStdString(key));
+    m_assumeGpu->setCurrentIndex(std::max(0, m_assumeGpu->findData(QStringLiteral("rtx4090"))));
+    auto* assumeLabel = new QLabel(tr("Custom GPUs as"), box);
+    assumeLabel->setBuddy(m_assumeGpu);
+    row->addWidget(m_hardware, 1);
+    row->addWidget(assumeLabel);
+    row->addWidget(m_assumeGpu);
+    l->addLayout(row);
+    m_predictionView = table(box, "prediction");
+    m_predictionView->setModel(m_prediction);
+    m_predictionView->setItemDelegateForColumn(PredictionModel::SharesColumn, new ShareBarDelegate(m_predictionView));
+    m_predictionView->setSelectionMode(QAbstractItemView::NoSelection);
+    m_predictionView->setFocusPolicy(Qt::NoFocus);
+    m_predictionView->setAlternatingRowColors(false);
+    m_predictionView->setVerticalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    const int rowH = m_predictionView->verticalHeader()->defaultSectionSize();
+    m_predictionView->setFixedHeight(rowH * 3 + m_predictionView->horizontalHeader()->sizeHint().height() + 4);
+    l->addWidget(m_predictionView);
+    return box;
+}
+
+void PlanningPage::setModel(std::shared_ptr<const ModuleTree> baseTree, std::optional<ModelConfig> config,
+                            DType autoDType, const QString& modelPath)
+{
+    m_baseTree = std::move(baseTree);
+    m_config = std::move(config);
+    m_autoDType = autoDType;
+    m_modelPath = modelPath;
+    m_importedFrom.clear();
+    m_banner->hide();
+    m_problems->clear();
+    m_problems->hide();
+    m_controls->setAutoDType(autoDType);
+    QStringList ns;
+    for (const auto& c : m_baseTree->noSplitClasses())
+        ns << QString::fromStdString(c);
+    m_controls->setNoSplitPlaceholder(ns.join(QStringLiteral(", ")));
+    m_tree.reset();
+    m_plan.reset();
+    m_mapModel->clear();
+    m_placement->clear();
+    resize();
+    replan();
+}
+
+void PlanningPage::setThisMachine(const HardwareProfile& profile)
+{
+    m_thisMachine = profile;
+    predict();
+}
+
+void PlanningPage::resize()
+{
+    if (!m_baseTree)
+        return;
+    const std::optional<DType> dt = m_controls->dtype();
+    const Reference ref = m_controls->reference();
+    if (!dt && ref == m_baseTree->reference()) {
+        m_tree = m_baseTree;
+    } else {
+        auto t = std::make_shared<ModuleTree>(*m_baseTree);
+        t->setSizing(dt ? dt : std::optional<DType>(m_autoDType), ref);
+        m_tree = std::move(t);
+    }
+    m_treeModel->setTree(m_tree);
+}
+
+PlanOptions PlanningPage::options() const
+{
+    PlanOptions o;
+    o.strategy = m_controls->strategy();
+    o.reference = m_controls->reference();
+    o.maxMemory = m_budgets->budgets();
+    o.noSplit = m_controls->noSplit();
+    o.kv = m_kv;
+    return o;
+}
+
+void PlanningPage::setError(const QString& text)
+{
+    m_error->setText(text);
+    m_error->setVisible(!text.isEmpty());
+}
+
+QString PlanningPage::planError() const { return m_error->isVisible() ? m_error->text() : QString(); }
+
+void PlanningPage::replan()
+{
+    if (!m_tree)
+        return;
+    if (!m_importedFrom.isEmpty()) {
+        // Any change to the plan's inputs goes back to planning.
+        m_importedFrom.clear();
+        m_banner->hide();
+        m_problems->clear();
+        m_problems->hide();
+    }
+    m_kv.reset();
+    QString kvProblem;
+    if (const auto kv = m_controls->kvCache()) {
+        if (m_config)
+            m_kv = kvReserveFor(*m_config, *m_tree, kv->first, kv->second, m_tree->dtype().value_or(m_autoDType));
+        if (!m_kv)
+            kvProblem = tr("KV cache: Stowage does not know the attention shape of this model type; planned without it.");
+    }
+    try {
+        applyPlan(planDeviceMap(*m_tree, options()));
+    } catch (const std::exception& e) {
+        // Impossible options: say why and keep the last good plan on screen.
+        setError(tr("Cannot plan: %1").arg(QString::fromStdString(e.what())));
+        return;
+    }
+    setError(kvProblem);
+}
+
+void PlanningPage::applyPlan(Plan plan)
+{
+    auto shared = std::make_shared<const Plan>(std::move(plan));
+    m_plan = shared;
+    const ModuleDevices devices = moduleDevices(*m_tree, shared->deviceMap);
+    m_treeModel->setDevices(devices);
+    PlacementLayout layout = layoutPlacement(*m_tree, devices);
+
+    // The KV-cache part of each device's reserve: its layers' caches plus the activation room.
+    QHash<int, quint64> kvPer;
+    if (m_kv) {
+        for (const PlacementBlock& b : layout.blocks)
+            if (b.deviceCode >= 0 && m_tree->modules()[static_cast<size_t>(b.module)].className == m_kv->layerClass)
+                kvPer[b.deviceCode] += m_kv->bytesPerLayer;
+        for (const DeviceTotal& t : shared->devices)
+            if (t.device.kind != Device::Disk && t.used > 0)
+                kvPer[deviceCode(t.device)] += m_kv->activationBytes;
+    }
+    m_budgets->setPlanTotals(*shared, kvPer);
+
+    // Per-device totals, in device order, with the block counts the strip shows.
+    QHash<int, int> blocks;
+    for (const PlacementBlock& b : layout.blocks)
+        ++blocks[b.deviceCode];
+    QStringList parts;
+    for (const DeviceTotal& t : shared->devices) {
+        if (t.used == 0)
+            continue;
+        parts << tr("<span style='color:%1'>■</span> <b>%2</b> %3 · %n block(s)", nullptr, blocks.value(deviceCode(t.device)))
+                     .arg(deviceColor(t.device).name(), deviceLabel(t.device), formatBytes(t.used));
+    }
+    const int diskRow = m_budgets->rowOf(Device::disk());
+    if (diskRow >= 0 && m_budgets->data(m_budgets->index(diskRow, 0), BudgetModel::OverBudgetRole).toBool())
+        parts << tr("<span style='color:#d04040'>the offload folder needs more than the disk budget</span>");
+    m_totals->setText(parts.join(QStringLiteral(" &nbsp;&nbsp; ")));
+
+    m_placement->setPlacement(m_tree, shared, std::move(layout));
+    m_mapModel->setPlan(*shared);
+    if (m_mapView->columnWidth(DeviceMapModel::ModuleColumn) < m_mapView->fontMetrics().horizontalAdvance(QStringLiteral("model.layers.000.mlp")))
+        m_mapView->resizeColumnToContents(DeviceMapModel::ModuleColumn);
+    predict();
+    emit planChanged();
+}
+
+bool PlanningPage::importMap(const QString& json, const QString& source)
+{
+    if (!m_tree)
+        return false;
+    DeviceMap map;
+    try {
+        map = deviceMapFromJson(json.toStdString(), source.toStdString());
+    } catch (const std::exception& e) {
+        setError(tr("Cannot import: %1").arg(QString::fromStdString(e.what())));
+        return false;
+    }
+    setError({});
+    const MapCheck check = validateDeviceMap(*m_tree, map);
+
+    // Sizes per entry and per device, as the planner reports them.
+    Plan plan;
+    plan.reference = m_tree->reference();
+    plan.deviceMap = map;
+    plan.budgets = m_budgets->budgets();
+    std::map<Device, uint64_t> used;
+    for (const auto& p : m_tree->params())
+        if (auto d = deviceFor(map, p.name))
+            used[*d] += m_tree->paramBytes(p);
+    for (const auto& b : m_tree->buffers())
+        if (auto d = deviceFor(map, b.name))
+            used[*d] += m_tree->bufferBytes(b);
+    const std::string why = "imported from " + source.toStdString();
+    for (const auto& [key, dev] : map) {
+        uint64_t bytes = 0;
+        if (const int m = m_tree->find(key); m >= 0)
+            bytes = m_tree->modules()[static_cast<size_t>(m)].bytes;
+        else if (const int p = m_tree->findParam(key); p >= 0)
+            bytes = m_tree->paramBytes(m_tree->params()[static_cast<size_t>(p)]);
+        plan.entries.push_back({key, dev, bytes, why});
+    }
+    for (const auto& [d, u] : used)
+        plan.devices.push_back({d, -1, u, 0});
+
+    // Problems by module: the longest map key quoted in the message.
+    QHash<QString, QString> byKey;
+    m_problems->clear();
+    auto addProblem = [&](const std::string& msg, bool error) {
+        QString key;
+        for (const auto& [k, d] : map) {
+            const QString qk = QString::fromStdString(k);
+            if (!qk.isEmpty() && qk.size() > key.size() &&
+                (msg.find("'" + k + "'") != std::string::npos || msg.find("\"" + k + "\"") != std::string::npos))
+                key = qk;
+        }
+        const QString text = QString::fromStdString(msg);
+        if (!key.isEmpty())
+            byKey.insert(key, text);
+        auto* item = new QListWidgetItem((error ? QStringLiteral("✖ ") : QStringLiteral("⚠ ")) +
+                                         (key.isEmpty() ? text : key + QStringLiteral(": ") + text));
+        item->setData(Qt::UserRole, key);
+        item->setForeground(error ? QColor(0xc03030) : QColor(0xb07000));
+        m_problems->addItem(item);
+    };
+    for (const auto& e : check.errors)
+        addProblem(e, true);
+    for (const auto& w : check.warnings)
+        addProblem(w, false);
+
+    m_importedFrom = source;
+    applyPlan(std::move(plan));
+    m_mapModel->setProblems(byKey);
+    m_problems->setVisible(m_problems->count() > 0);
+    m_banner->setText(tr("Showing the map imported from <b>%1</b>: %2. Any change to the budgets or options plans again.")
+                          .arg(source.toHtmlEscaped(),
+                               check.errors.empty() && check.warnings.empty()
+                                   ? tr("it fits this model")
+                                   : tr("%n problem(s) listed below", nullptr,
+                                        static_cast<int>(check.errors.size() + check.warnings.size()))));
+    m_banner->show();
+    return true;
+}
+
+HardwareProfile PlanningPage::predictionProfile(QStringList* assumptions) const
+{
+    // The host: this machine as measured, else a typical one (labelled so).
+    HardwareProfile p = m_thisMachine ? *m_thisMachine : hardwarePreset("rtx4090");
+    if (!m_thisMachine)
+        assumptions->push_back(tr("CPU and disk: a typical host (this machine is being measured)"));
+    else
+        assumptions->push_back(tr("CPU and disk: this machine%1").arg(m_thisMachine->measured ? tr(" (measured)") : QString()));
+    const std::vector<GpuProfile> mine = m_thisMachine ? m_thisMachine->gpus : std::vector<GpuProfile>{};
+    p.gpus.clear();
+    for (int r = 0; r < m_budgets->rowCount(); ++r) {
+        const BudgetDevice& d = m_budgets->at(r);
+        if (d.device.kind != Device::Gpu)
+            continue;
+        GpuProfile g;
+        QString source;
+        if (!d.simulated && static_cast<size_t>(d.device.index) < mine.size()) {
+            g = mine[static_cast<size_t>(d.device.index)];
+            source = tr("this machine");
+        } else {
+            const QString preset = d.simulated && !d.preset.isEmpty() ? d.preset : m_assumeGpu->currentData().toString();
+            g = hardwarePreset(preset.toStdString()).gpus.front();
+            if (d.capacity)
+                g.memoryBytes = d.capacity;
+            source = tr("datasheet");
+        }
+        assumptions->push_back(tr("%1: %2 (%3)").arg(deviceLabel(d.device), QString::fromStdString(g.name), source));
+        p.gpus.push_back(g);
+    }
+    return p;
+}
+
+void PlanningPage::predict()
+{
+    if (!m_plan || !m_tree) {
+        m_prediction->setPredictions({});
+        m_hardware->clear();
+        return;
+    }
+    QStringList assumptions;
+    const HardwareProfile hw = predictionProfile(&assumptions);
+    std::vector<std::pair<Device, uint64_t>> placement;
+    for (const DeviceTotal& t : m_plan->devices)
+        if (t.used > 0)
+            placement.emplace_back(t.device, t.used);
+    QVector<Prediction> rows;
+    for (ExecutionPolicy pol : kPolicies) {
+        Prediction pr;
+        pr.policy = pol;
+        try {
+            pr.estimate = estimateDecode(placement, 2 * m_tree->root().paramCount, hw, pol);
+        } catch (const std::exception& e) {
+            pr.error = QString::fromStdString(e.what());
+        }
+        rows.push_back(pr);
+    }
+    m_prediction->setPredictions(rows);
+    m_hardware->setText(tr("Assumes %1.").arg(assumptions.join(QStringLiteral("; "))));
+    m_predictionView->resizeColumnToContents(PredictionModel::PolicyColumn);
+    m_predictionView->resizeColumnToContents(PredictionModel::SpeedColumn);
+}
+
+QString PlanningPage::totalsText() const { return m_totals->text(); }
+
+QString PlanningPage::predictionHardwareText() const { return m_hardware->text(); }
+
+void PlanningPage::selectModule(int module) { m_placement->setSelectedModule(module); }
+
+SnippetInput PlanningPage::snippetInput() const
+{
+    SnippetInput in;
+    in.modelPath = m_modelPath;
+    if (m_plan)
+        in.map = m_plan->deviceMap;
+    in.budgets = m_budgets->budgets();
+    in.dtype = m_tree && m_tree->dtype() ? *m_tree->dtype() : m_autoDType;
+    const auto ns = m_controls->noSplit();
+    for (const auto& c : ns ? *ns : (m_tree ? m_tree->noSplitClasses() : std::vector<std::string>{}))
+        in.noSplit << QString::fromStdString(c);
+    return in;
+}
+
+} // namespace stowage

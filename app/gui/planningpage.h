@@ -1,0 +1,110 @@
+#pragma once
+// The planning page: budget bars per device, plan options, the placement
+// map, per-device totals, the predicted decode speed per execution policy
+// and the device map table. Every change re-plans at once on the GUI
+// thread: planning a 405B-class skeleton takes a few milliseconds, well
+// inside a frame (tst_budgetbars prints the drag-to-repaint figure), and a
+// synchronous plan never shows a stale map.
+#include "stowage/config.h"
+#include "stowage/costmodel.h"
+#include "stowage/moduletree.h"
+#include "stowage/planner.h"
+
+#include <QWidget>
+
+#include <memory>
+#include <optional>
+
+class QComboBox;
+class QLabel;
+class QListWidget;
+class QTableView;
+
+namespace stowage {
+
+class BudgetBarsView;
+class BudgetModel;
+class DeviceMapModel;
+class ModuleTreeModel;
+class PlacementMap;
+class PlanControls;
+class PredictionModel;
+struct SnippetInput;
+
+class PlanningPage : public QWidget {
+    Q_OBJECT
+public:
+    PlanningPage(ModuleTreeModel* treeModel, QWidget* parent = nullptr);
+
+    // A newly opened model: its skeleton sized under the checkpoint's own dtype.
+    void setModel(std::shared_ptr<const ModuleTree> baseTree, std::optional<ModelConfig> config, DType autoDType,
+                  const QString& modelPath);
+    // This machine's figures for predictions (measured off the GUI thread).
+    void setThisMachine(const HardwareProfile& profile);
+    // Shows a user's map instead of a planned one until the next change.
+    // Returns false (and shows why) when the text is not a device map.
+    bool importMap(const QString& json, const QString& source);
+    bool showingImportedMap() const { return !m_importedFrom.isEmpty(); }
+
+    BudgetModel* budgetModel() const { return m_budgets; }
+    BudgetBarsView* budgetBars() const { return m_bars; }
+    PlanControls* controls() const { return m_controls; }
+    PlacementMap* placementMap() const { return m_placement; }
+    DeviceMapModel* deviceMapModel() const { return m_mapModel; }
+    PredictionModel* predictionModel() const { return m_prediction; }
+    QComboBox* assumedGpuBox() const { return m_assumeGpu; }
+    QListWidget* problemList() const { return m_problems; }
+    std::shared_ptr<const Plan> plan() const { return m_plan; }
+    std::shared_ptr<const ModuleTree> tree() const { return m_tree; }
+    QString totalsText() const;
+    QString predictionHardwareText() const;
+    QString planError() const;
+    SnippetInput snippetInput() const;
+    PlanOptions options() const;
+
+public slots:
+    void replan();
+    // Shows the module's blocks in the map (from the module tree's selection).
+    void selectModule(int module);
+
+signals:
+    void planChanged();
+    // A block of the map was clicked.
+    void moduleActivated(int module);
+
+private:
+    void resize();
+    void applyPlan(Plan plan);
+    void predict();
+    HardwareProfile predictionProfile(QStringList* assumptions) const;
+    void setError(const QString& text);
+    QWidget* buildPrediction();
+
+    ModuleTreeModel* m_treeModel;
+    BudgetModel* m_budgets = nullptr;
+    BudgetBarsView* m_bars = nullptr;
+    PlanControls* m_controls = nullptr;
+    PlacementMap* m_placement = nullptr;
+    DeviceMapModel* m_mapModel = nullptr;
+    PredictionModel* m_prediction = nullptr;
+    QTableView* m_mapView = nullptr;
+    QTableView* m_predictionView = nullptr;
+    QLabel* m_totals = nullptr;
+    QLabel* m_banner = nullptr;
+    QLabel* m_error = nullptr;
+    QLabel* m_hardware = nullptr;
+    QComboBox* m_assumeGpu = nullptr;
+    QListWidget* m_problems = nullptr;
+
+    std::shared_ptr<const ModuleTree> m_baseTree; // as opened (dtype "auto")
+    std::shared_ptr<const ModuleTree> m_tree;     // sized for the chosen dtype and reference
+    std::optional<ModelConfig> m_config;
+    DType m_autoDType = DType::BF16;
+    QString m_modelPath;
+    std::shared_ptr<const Plan> m_plan;
+    std::optional<KvReserve> m_kv;
+    QString m_importedFrom;
+    std::optional<HardwareProfile> m_thisMachine;
+};
+
+} // namespace stowage

@@ -1,0 +1,142 @@
+#include "screenshot.h"
+
+#include "budgetmodel.h"
+#include "mainwindow.h"
+#include "planningpage.h"
+#include "plancontrols.h"
+#include "stowage/costmodel.h"
+
+#include <QCommandLineParser>
+#include <QEventLoop>
+#include <QPixmap>
+#include <QTimer>
+
+#include <cstdio>
+
+namespace stowage {
+
+void addPlanOptions(QCommandLineParser& p)
+{
+    p.addOption({"screenshot", "Render the main window after planning to FILE (PNG) and exit.", "FILE"});
+    p.addOption({"max-memory", "Budget for a device, as stowage-cli: 0=20GiB, cpu=64GB (repeatable).", "DEV=SIZE"});
+    p.addOption({"hardware", "Simulated GPUs from a hardware preset: h100-80gb, 2xrtx4090, …", "PRESET"});
+    p.addOption({"strategy", "auto, balanced, balanced_low_0 or sequential.", "S"});
+    p.addOption({"dtype", "float16, bfloat16 or float32 (default: the checkpoint's).", "DT"});
+    p.addOption({"reference", "transformers or accelerate.", "R"});
+    p.addOption({"no-split", "A module class never split across devices (repeatable).", "CLASS"});
+    p.addOption({"kv-cache", "Keep room for the KV cache: CONTEXT or CONTEXTxBATCH.", "CTX"});
+    p.addOption({"device-map", "Show this device-map JSON instead of planning.", "FILE"});
+    p.addOption({"size", "Window size for --screenshot, WIDTHxHEIGHT (default 1600x1000).", "WxH"});
+    p.addOption({"dark", "Dark palette."});
+}
+
+QString applyPlanOptions(MainWindow& w, const QCommandLineParser& p)
+{
+    PlanningPage* page = w.planningPage();
+    BudgetModel* m = w.budgetModel();
+    try {
+        if (p.isSet("hardware")) {
+            const HardwareProfile hw = hardwarePreset(p.value("hardware").toStdString());
+            const QString preset = p.value("hardware").section(QLatin1Char('x'), -1);
+            for (const GpuProfile& g : hw.gpus)
+                m->addSimulatedGpu(QString::fromStdString(g.name), hw.gpus.size() > 1 || p.value("hardware").contains(QLatin1Char('x')) ? preset : p.value("hardware"), g.memoryBytes);
+        }
+        for (const QString& spec : p.values("max-memory")) {
+            const int eq = spec.indexOf(QLatin1Char('='));
+            const auto dev = eq > 0 ? Device::parse(spec.left(eq).toStdString()) : std::nullopt;
+            if (!dev)
+                return QStringLiteral("--max-memory %1: expected DEV=SIZE, e.g. 0=20GiB or cpu=64GB").arg(spec);
+            const quint64 bytes = parseSize(spec.mid(eq + 1).toStdString(), "--max-memory " + spec.toStdString());
+            // GPUs this machine lacks are simulated, of the budget's size.
+            while (dev->kind == Device::Gpu && m->gpuCount() <= dev->index)
+                m->addSimulatedGpu(QObject::tr("GPU"), QString(), bytes);
+            m->setBudget(m->rowOf(*dev), bytes);
+        }
+    } catch (const std::exception& e) {
+        return QString::fromStdString(e.what());
+    }
+    if (p.isSet("strategy")) {
+        const auto s = strategyFromName(p.value("strategy").toStdString());
+        if (!s)
+            return QStringLiteral("--strategy %1: expected auto, balanced, balanced_low_0 or sequential").arg(p.value("strategy"));
+        page->controls()->setStrategy(*s);
+    }
+    if (p.isSet("dtype")) {
+        const auto d = dtypeFromTorchName(p.value("dtype").toStdString());
+        if (!d)
+            return QStringLiteral("--dtype %1: expected float16, bfloat16 or float32").arg(p.value("dtype"));
+        page->controls()->setDType(*d);
+    }
+    if (p.isSet("reference")) {
+        const auto r = referenceFromName(p.value("reference").toStdString());
+        if (!r)
+            return QStringLiteral("--reference %1: expected transformers or accelerate").arg(p.value("reference"));
+        page->controls()->setReference(*r);
+    }
+    if (p.isSet("no-split"))
+        page->controls()->setNoSplit(p.values("no-split").join(QLatin1Char(',')));
+    if (p.isSet("kv-cache")) {
+        const QStringList parts = p.value("kv-cache").split(QLatin1Char('x'));
+        bool ok1 = false, ok2 = true;
+        const int ctx = parts.value(0).toInt(&ok1);
+        const int batch = parts.size() > 1 ? parts[1].toInt(&ok2) : 1;
+        if (!ok1 || !ok2 || ctx <= 0 || batch <= 0 || parts.size() > 2)
+            return QStringLiteral("--kv-cache %1: expected CONTEXT or CONTEXTxBATCH, e.g. 4096 or 8192x4").arg(p.value("kv-cache"));
+        page->controls()->setKvCache(std::make_pair(ctx, batch));
+    }
+    return {};
+}
+
+int renderScreenshot(MainWindow& w, const QString& path, const QString& file, const QCommandLineParser& p)
+{
+    QSize size(1600, 1000);
+    if (p.isSet("size")) {
+        const QStringList wh = p.value("size").split(QLatin1Char('x'));
+        if (wh.size() != 2 || wh[0].toInt() < 200 || wh[1].toInt() < 200) {
+            std::fprintf(stderr, "stowage: --size %s: expected WIDTHxHEIGHT, e.g. 1600x1000\n", qPrintable(p.value("size")));
+            return 2;
+        }
+        size = QSize(wh[0].toInt(), wh[1].toInt());
+    }
+    w.resize(size);
+    w.show();
+    QEventLoop loop;
+    bool ok = false;
+    QString error;
+    QObject::connect(&w, &MainWindow::checkpointOpened, &loop, [&](bool success, const QString& e) {
+        ok = success;
+        error = e;
+        loop.quit();
+    });
+    QTimer::singleShot(120000, &loop, &QEventLoop::quit); // hang guard
+    w.openCheckpoint(path);
+    loop.exec();
+    if (!ok) {
+        std::fprintf(stderr, "stowage: %s\n", qPrintable(error.isEmpty() ? QStringLiteral("timed out opening ") + path : error));
+        return 2;
+    }
+    if (p.isSet("device-map") && !w.importDeviceMap(p.value("device-map"))) {
+        std::fprintf(stderr, "stowage: --device-map %s: %s\n", qPrintable(p.value("device-map")),
+                     qPrintable(w.errorText().isEmpty() ? w.planningPage()->planError() : w.errorText()));
+        return 2;
+    }
+    if (!w.planningPage()->plan()) {
+        std::fprintf(stderr, "stowage: %s\n", qPrintable(w.planningPage()->planError()));
+        return 2;
+    }
+    // Let layouts settle and the views paint once.
+    for (int i = 0; i < 5; ++i) {
+        QCoreApplication::processEvents();
+        QTimer t;
+        QEventLoop pause;
+        QTimer::singleShot(20, &pause, &QEventLoop::quit);
+        pause.exec();
+    }
+    if (!w.grab().save(file, "PNG")) {
+        std::fprintf(stderr, "stowage: --screenshot %s: cannot write the file\n", qPrintable(file));
+        return 2;
+    }
+    return 0;
+}
+
+} // namespace stowage

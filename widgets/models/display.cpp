@@ -1,0 +1,99 @@
+#include "display.h"
+
+#include <QCoreApplication>
+#include <QLocale>
+
+namespace stowage {
+
+QString formatBytes(quint64 bytes)
+{
+    return QLocale::c().formattedDataSize(static_cast<qint64>(bytes), 2, QLocale::DataSizeIecFormat);
+}
+
+QString sizeString(quint64 bytes)
+{
+    static const struct {
+        quint64 unit;
+        const char* suffix;
+    } units[] = {{1ull << 40, "TiB"}, {1ull << 30, "GiB"}, {1ull << 20, "MiB"}, {1ull << 10, "KiB"},
+                 {1000000000000ull, "TB"}, {1000000000ull, "GB"}, {1000000ull, "MB"}};
+    if (bytes == 0)
+        return QStringLiteral("0");
+    // The shortest exact spelling; binary units win ties.
+    QString best = QString::number(bytes);
+    for (const auto& u : units)
+        if (bytes % u.unit == 0) {
+            const QString s = QString::number(bytes / u.unit) + QLatin1String(u.suffix);
+            if (s.size() < best.size())
+                best = s;
+        }
+    return best;
+}
+
+QString deviceLabel(const Device& d)
+{
+    switch (d.kind) {
+    case Device::Gpu: return QCoreApplication::translate("stowage", "GPU %1").arg(d.index);
+    case Device::Cpu: return QCoreApplication::translate("stowage", "CPU");
+    case Device::Disk: return QCoreApplication::translate("stowage", "Disk");
+    }
+    return {};
+}
+
+QColor deviceColor(const Device& d)
+{
+    // Tableau-like hues with enough contrast against both white and #232323.
+    static const QRgb gpus[] = {0x4e79a7, 0x59a14f, 0xb07aa1, 0x76b7b2, 0xedc948, 0xe15759, 0xff9da7, 0x9c755f};
+    switch (d.kind) {
+    case Device::Gpu: return QColor(gpus[static_cast<unsigned>(d.index) % 8]);
+    case Device::Cpu: return QColor(0xf28e2b);
+    case Device::Disk: return QColor(0x8c8c8c);
+    }
+    return {};
+}
+
+int deviceCode(const Device& d)
+{
+    switch (d.kind) {
+    case Device::Gpu: return d.index;
+    case Device::Cpu: return CpuCode;
+    case Device::Disk: return DiskCode;
+    }
+    return -1;
+}
+
+Device deviceFromCode(int code)
+{
+    if (code == CpuCode)
+        return Device::cpu();
+    if (code == DiskCode)
+        return Device::disk();
+    return Device::gpu(code);
+}
+
+QString policyLabel(ExecutionPolicy p)
+{
+    switch (p) {
+    case ExecutionPolicy::AccelerateLike: return QCoreApplication::translate("stowage", "Accelerate hooks");
+    case ExecutionPolicy::Prefetch: return QCoreApplication::translate("stowage", "Prefetch");
+    case ExecutionPolicy::ComputeWhereItLives: return QCoreApplication::translate("stowage", "Compute where it lives");
+    }
+    return {};
+}
+
+QString policyDescription(ExecutionPolicy p)
+{
+    switch (p) {
+    case ExecutionPolicy::AccelerateLike:
+        return QCoreApplication::translate("stowage", "Offloaded weights copied to the GPU before each module, "
+                                                      "synchronously, from pageable memory (what Accelerate does)");
+    case ExecutionPolicy::Prefetch:
+        return QCoreApplication::translate("stowage", "Offloaded weights copied from pinned memory while the "
+                                                      "previous layer computes");
+    case ExecutionPolicy::ComputeWhereItLives:
+        return QCoreApplication::translate("stowage", "Layers in RAM run on the CPU instead of being copied");
+    }
+    return {};
+}
+
+} // namespace stowage

@@ -1,0 +1,124 @@
+#include "placementlayout.h"
+
+#include "display.h"
+
+#include <QCoreApplication>
+
+#include <algorithm>
+
+namespace stowage {
+
+namespace {
+bool isNoSplit(const ModuleTree& tree, const Module& m)
+{
+    const auto& ns = tree.noSplitClasses();
+    return std::find(ns.begin(), ns.end(), m.className) != ns.end();
+}
+
+quint64 directBytes(const ModuleTree& tree, const Module& m)
+{
+    quint64 b = 0;
+    for (int p : m.params)
+        b += tree.paramBytes(tree.params()[static_cast<size_t>(p)]);
+    for (int bf : m.buffers)
+        b += tree.bufferBytes(tree.buffers()[static_cast<size_t>(bf)]);
+    return b;
+}
+} // namespace
+
+PlacementLayout layoutPlacement(const ModuleTree& tree, const ModuleDevices& devices)
+{
+    PlacementLayout out;
+    const auto& mods = tree.modules();
+    auto add = [&](int module, bool direct, quint64 bytes) {
+        if (bytes == 0)
+            return;
+        PlacementBlock b;
+        b.module = module;
+        b.direct = direct;
+        b.bytes = bytes;
+        b.offset = out.totalBytes;
+        b.deviceCode = devices.code.empty() ? NoDeviceCode : devices.code[static_cast<size_t>(module)];
+        b.entry = devices.entry.empty() ? -1 : devices.entry[static_cast<size_t>(module)];
+        if (direct && b.deviceCode == MixedCode)
+            b.deviceCode = NoDeviceCode; // its children split, its own tensors are not known here
+        out.totalBytes += bytes;
+        out.blocks.push_back(b);
+    };
+    // Pre-order walk with an explicit stack (definition order).
+    std::vector<int> stack{0};
+    while (!stack.empty()) {
+        const int i = stack.back();
+        stack.pop_back();
+        const Module& m = mods[static_cast<size_t>(i)];
+        if (m.children.empty() || isNoSplit(tree, m)) {
+            add(i, false, m.bytes);
+            continue;
+        }
+        add(i, true, directBytes(tree, m));
+        for (auto it = m.children.rbegin(); it != m.children.rend(); ++it)
+            stack.push_back(*it);
+    }
+    for (size_t b = 0; b < out.blocks.size(); ++b) {
+        const PlacementBlock& blk = out.blocks[b];
+        if (out.runs.empty() || out.runs.back().deviceCode != blk.deviceCode)
+            out.runs.push_back({static_cast<int>(b), static_cast<int>(b), blk.deviceCode, 0});
+        out.runs.back().last = static_cast<int>(b);
+        out.runs.back().bytes += blk.bytes;
+    }
+    return out;
+}
+
+int PlacementLayout::blockAt(quint64 bytes) const
+{
+    if (blocks.empty() || bytes >= totalBytes)
+        return -1;
+    auto it = std::upper_bound(blocks.begin(), blocks.end(), bytes,
+                               [](quint64 v, const PlacementBlock& b) { return v < b.offset; });
+    return static_cast<int>(it - blocks.begin()) - 1;
+}
+
+std::vector<int> PlacementLayout::blocksOf(const ModuleTree& tree, int module) const
+{
+    std::vector<int> out;
+    if (module < 0 || module >= static_cast<int>(tree.modules().size()))
+        return out;
+    const Module& m = tree.modules()[static_cast<size_t>(module)];
+    for (size_t b = 0; b < blocks.size(); ++b) {
+        const int bm = blocks[b].module;
+        // Inside the subtree (pre-order range), or an ancestor block that contains the module.
+        const Module& owner = tree.modules()[static_cast<size_t>(bm)];
+        if ((bm >= module && bm < m.end) || (module > bm && module < owner.end && !blocks[b].direct))
+            out.push_back(static_cast<int>(b));
+    }
+    return out;
+}
+
+QString describeBlock(const ModuleTree& tree, const Plan& plan, const PlacementBlock& block)
+{
+    const Module& m = tree.modules()[static_cast<size_t>(block.module)];
+    QString name = m.name.empty() ? QCoreApplication::translate("stowage", "(model)") : QString::fromStdString(m.name);
+    if (block.direct)
+        name += QCoreApplication::translate("stowage", " (own tensors)");
+    QString where;
+    if (block.deviceCode == MixedCode)
+        where = QCoreApplication::translate("stowage", "split across devices");
+    else if (block.deviceCode == NoDeviceCode)
+        where = QCoreApplication::translate("stowage", "not in the map");
+    else
+        where = QCoreApplication::translate("stowage", "on %1").arg(deviceLabel(deviceFromCode(block.deviceCode)));
+    QString text = QStringLiteral("%1 (%2), %3 %4").arg(name, QString::fromStdString(m.className), formatBytes(block.bytes), where);
+    if (block.entry >= 0 && block.entry < static_cast<int>(plan.entries.size())) {
+        const PlanEntry& e = plan.entries[static_cast<size_t>(block.entry)];
+        if (!e.why.empty())
+            text += QStringLiteral("\n") +
+                    (e.module != m.name ? QCoreApplication::translate("stowage", "%1: ")
+                                              .arg(e.module.empty() ? QStringLiteral("(whole model)")
+                                                                    : QString::fromStdString(e.module))
+                                        : QString()) +
+                    QString::fromStdString(e.why);
+    }
+    return text;
+}
+
+} // namespace stowage

@@ -1,0 +1,238 @@
+#include "budgetbar.h"
+
+#include "budgetmodel.h"
+#include "display.h"
+
+#include <QHelpEvent>
+#include <QKeyEvent>
+#include <QMouseEvent>
+#include <QPainter>
+#include <QPainterPath>
+#include <QStyleOptionFocusRect>
+#include <QToolTip>
+
+#include <algorithm>
+#include <cmath>
+
+namespace stowage {
+
+namespace {
+constexpr int kMargin = 7;     // room for the handle at both ends
+constexpr int kTrackTop = 3;
+constexpr int kTrackHeight = 18;
+
+quint64 roleBytes(const BudgetModel* m, int row, int role)
+{
+    return m->data(m->index(row, 0), role).value<quint64>();
+}
+} // namespace
+
+BudgetBar::BudgetBar(BudgetModel* model, int row, QWidget* parent) : QWidget(parent), m_model(model), m_row(row)
+{
+    setFocusPolicy(Qt::StrongFocus);
+    setAttribute(Qt::WA_OpaquePaintEvent, false);
+    setCursor(Qt::SizeHorCursor);
+    setMouseTracking(false);
+    setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Fixed);
+}
+
+void BudgetBar::setRow(int row)
+{
+    m_row = row;
+    update();
+}
+
+QSize BudgetBar::sizeHint() const { return {360, kTrackTop + kTrackHeight + fontMetrics().height() + 4}; }
+
+QSize BudgetBar::minimumSizeHint() const { return {120, sizeHint().height()}; }
+
+QRect BudgetBar::trackRect() const { return {kMargin, kTrackTop, std::max(1, width() - 2 * kMargin), kTrackHeight}; }
+
+quint64 BudgetBar::scale() const
+{
+    if (m_dragging && m_frozenScale)
+        return m_frozenScale;
+    return m_model ? std::max<quint64>(1, roleBytes(m_model, m_row, BudgetModel::ScaleRole)) : 1;
+}
+
+int BudgetBar::xForBytes(quint64 bytes) const
+{
+    const QRect t = trackRect();
+    const double f = std::min(1.0, double(bytes) / double(scale()));
+    return t.left() + static_cast<int>(std::lround(f * t.width()));
+}
+
+quint64 BudgetBar::bytesForX(int x) const
+{
+    const QRect t = trackRect();
+    const double f = std::clamp(double(x - t.left()) / double(t.width()), 0.0, 1.0);
+    return static_cast<quint64>(f * double(scale()));
+}
+
+void BudgetBar::paintEvent(QPaintEvent*)
+{
+    if (!m_model || m_row >= m_model->rowCount())
+        return;
+    QPainter p(this);
+    p.setRenderHint(QPainter::Antialiasing, true);
+    const QPalette& pal = palette();
+    const QRectF t = QRectF(trackRect()).adjusted(0.5, 0.5, -0.5, -0.5);
+    const QColor color = m_model->data(m_model->index(m_row, 0), BudgetModel::ColorRole).value<QColor>();
+    const quint64 budget = roleBytes(m_model, m_row, BudgetModel::BudgetRole);
+    const quint64 capacity = roleBytes(m_model, m_row, BudgetModel::CapacityRole);
+    const quint64 used = roleBytes(m_model, m_row, BudgetModel::UsedRole);
+    const quint64 reserved = roleBytes(m_model, m_row, BudgetModel::ReservedRole);
+    const quint64 kv = roleBytes(m_model, m_row, BudgetModel::KvReservedRole);
+    const bool over = m_model->data(m_model->index(m_row, 0), BudgetModel::OverBudgetRole).toBool();
+    auto xf = [&](quint64 b) { return t.left() + std::min(1.0, double(b) / double(scale())) * t.width(); };
+
+    // Track: the device's memory; past it (a budget larger than the card) is tinted.
+    QPainterPath track;
+    track.addRoundedRect(t, 3, 3);
+    p.fillPath(track, pal.color(QPalette::Base));
+    p.save();
+    p.setClipPath(track);
+    if (capacity > 0 && capacity < scale())
+        p.fillRect(QRectF(QPointF(xf(capacity), t.top()), t.bottomRight()), QColor(220, 60, 60, 40));
+    // Weights, then the layer reserve, then the KV cache reserve.
+    const double xUsed = xf(used);
+    p.fillRect(QRectF(QPointF(t.left(), t.top()), QPointF(xUsed, t.bottom())), over ? QColor(0xd04040) : color);
+    const double xLayer = xf(used + reserved - kv);
+    QColor light = color;
+    light.setAlpha(110);
+    p.fillRect(QRectF(QPointF(xUsed, t.top()), QPointF(xLayer, t.bottom())), QBrush(light, Qt::BDiagPattern));
+    p.fillRect(QRectF(QPointF(xLayer, t.top()), QPointF(xf(used + reserved), t.bottom())), QBrush(light, Qt::DiagCrossPattern));
+    // Everything above the budget is out of bounds for the planner.
+    p.fillRect(QRectF(QPointF(xf(budget), t.top()), t.bottomRight()), QColor(128, 128, 128, 45));
+    p.restore();
+    p.setPen(QPen(pal.color(QPalette::Mid), 1));
+    p.drawPath(track);
+    if (capacity > 0 && capacity < scale()) {
+        p.setPen(QPen(pal.color(QPalette::Text), 1, Qt::DotLine));
+        p.drawLine(QPointF(xf(capacity), t.top() - 2), QPointF(xf(capacity), t.bottom() + 2));
+    }
+
+    // The handle.
+    const double hx = xf(budget);
+    const QRectF knob(hx - 4.5, t.top() - 2, 9, t.height() + 4);
+    p.setPen(QPen(hasFocus() ? pal.color(QPalette::Highlight) : pal.color(QPalette::Dark), hasFocus() ? 2 : 1));
+    p.setBrush(m_dragging ? pal.color(QPalette::Highlight) : pal.color(QPalette::Button));
+    p.drawRoundedRect(knob, 3, 3);
+    p.setPen(QPen(pal.color(m_dragging ? QPalette::HighlightedText : QPalette::ButtonText), 1));
+    p.drawLine(QPointF(hx, knob.top() + 5), QPointF(hx, knob.bottom() - 5));
+
+    // The caption under the bar; while dragging, the budget leads it.
+    QFont f = font();
+    f.setPointSizeF(f.pointSizeF() * 0.9);
+    p.setFont(f);
+    p.setPen(pal.color(QPalette::Text));
+    QString caption = tr("%1 weights").arg(formatBytes(used));
+    if (reserved)
+        caption += tr(" · %1 kept free").arg(formatBytes(reserved));
+    if (kv)
+        caption += tr(" (KV cache %1)").arg(formatBytes(kv));
+    const QString budgetText = tr("budget %1").arg(formatBytes(budget)) +
+                               (capacity ? tr(" of %1").arg(formatBytes(capacity)) : QString());
+    const QRect textRect(trackRect().left(), int(t.bottom()) + 2, trackRect().width(), fontMetrics().height() + 2);
+    if (over)
+        p.setPen(QColor(0xd04040));
+    p.drawText(textRect, Qt::AlignLeft | Qt::AlignVCenter, caption);
+    QFont bold = f;
+    bold.setBold(m_dragging);
+    p.setFont(bold);
+    p.setPen(m_dragging ? pal.color(QPalette::Highlight) : pal.color(QPalette::Text));
+    p.drawText(textRect, Qt::AlignRight | Qt::AlignVCenter, budgetText);
+}
+
+void BudgetBar::dragTo(int x, bool fine)
+{
+    if (!m_model)
+        return;
+    const quint64 s = scale();
+    const quint64 bytes = BudgetModel::snap(bytesForX(x), BudgetModel::step(s, fine));
+    m_model->setBudget(m_row, std::min(bytes, s));
+    update();
+}
+
+void BudgetBar::mousePressEvent(QMouseEvent* event)
+{
+    if (event->button() != Qt::LeftButton)
+        return QWidget::mousePressEvent(event);
+    m_frozenScale = scale();
+    m_dragging = true;
+    dragTo(qRound(event->position().x()), event->modifiers() & Qt::ShiftModifier);
+    event->accept();
+}
+
+void BudgetBar::mouseMoveEvent(QMouseEvent* event)
+{
+    if (!m_dragging)
+        return QWidget::mouseMoveEvent(event);
+    dragTo(qRound(event->position().x()), event->modifiers() & Qt::ShiftModifier);
+    event->accept();
+}
+
+void BudgetBar::mouseReleaseEvent(QMouseEvent* event)
+{
+    if (!m_dragging)
+        return QWidget::mouseReleaseEvent(event);
+    dragTo(qRound(event->position().x()), event->modifiers() & Qt::ShiftModifier);
+    m_dragging = false;
+    m_frozenScale = 0;
+    update();
+}
+
+void BudgetBar::keyPressEvent(QKeyEvent* event)
+{
+    if (!m_model)
+        return QWidget::keyPressEvent(event);
+    const quint64 s = scale();
+    const bool fine = event->modifiers() & Qt::ShiftModifier;
+    const quint64 step = BudgetModel::step(s, fine);
+    const quint64 budget = roleBytes(m_model, m_row, BudgetModel::BudgetRole);
+    const quint64 capacity = roleBytes(m_model, m_row, BudgetModel::CapacityRole);
+    auto down = [&](quint64 by) { return budget > by ? BudgetModel::snap(budget - by, fine ? 1 : step) : 0; };
+    auto up = [&](quint64 by) { return BudgetModel::snap(budget + by, fine ? 1 : step); };
+    quint64 next = budget;
+    switch (event->key()) {
+    case Qt::Key_Left:
+    case Qt::Key_Down: next = down(step); break;
+    case Qt::Key_Right:
+    case Qt::Key_Up: next = up(step); break;
+    case Qt::Key_PageDown: next = down(10 * step); break;
+    case Qt::Key_PageUp: next = up(10 * step); break;
+    case Qt::Key_Home: next = 0; break;
+    case Qt::Key_End: next = capacity ? capacity : s; break;
+    default: return QWidget::keyPressEvent(event);
+    }
+    m_model->setBudget(m_row, next);
+    update();
+    event->accept();
+}
+
+QString BudgetBar::toolTipText() const
+{
+    if (!m_model)
+        return {};
+    const quint64 used = roleBytes(m_model, m_row, BudgetModel::UsedRole);
+    const quint64 reserved = roleBytes(m_model, m_row, BudgetModel::ReservedRole);
+    const quint64 kv = roleBytes(m_model, m_row, BudgetModel::KvReservedRole);
+    const quint64 budget = roleBytes(m_model, m_row, BudgetModel::BudgetRole);
+    QString t = tr("<b>%1</b><br>Weights placed here: %2<br>Kept free for the largest layer: %3<br>"
+                   "Kept free for the KV cache: %4<br>Budget (max_memory): %5")
+                    .arg(m_model->data(m_model->index(m_row, BudgetModel::DeviceColumn)).toString(), formatBytes(used),
+                         formatBytes(reserved - kv), formatBytes(kv), formatBytes(budget));
+    t += tr("<br><i>Drag the handle (Shift: fine steps), or use ←/→, PgUp/PgDn, Home/End.</i>");
+    return t;
+}
+
+bool BudgetBar::event(QEvent* e)
+{
+    if (e->type() == QEvent::ToolTip) {
+        QToolTip::showText(static_cast<QHelpEvent*>(e)->globalPos(), toolTipText(), this);
+        return true;
+    }
+    return QWidget::event(e);
+}
+
+} // namespace stowage

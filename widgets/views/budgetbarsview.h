@@ -1,0 +1,51 @@
+#pragma once
+// Every row of a BudgetModel as a labelled BudgetBar with a size field
+// (Accelerate size strings) and, for simulated GPUs, a remove button; under
+// them a button that adds simulated GPUs from the hardware presets or of a
+// custom size. Rows follow the model's inserts, removes and cell changes.
+#include <QPointer>
+#include <QVector>
+#include <QWidget>
+
+class QGridLayout;
+class QLabel;
+class QLineEdit;
+class QToolButton;
+
+namespace stowage {
+
+class BudgetBar;
+class BudgetModel;
+
+class BudgetBarsView : public QWidget {
+    Q_OBJECT
+public:
+    explicit BudgetBarsView(BudgetModel* model, QWidget* parent = nullptr);
+    BudgetBar* bar(int row) const;
+    QLineEdit* edit(int row) const;
+    QToolButton* addGpuButton() const { return m_add; }
+    // Adds a simulated GPU of a preset ("h100-80gb"); false for an unknown name.
+    bool addPresetGpu(const QString& preset);
+
+signals:
+    // The user asked for a simulated GPU of a size they will type.
+    void customGpuRequested();
+
+private:
+    struct Row {
+        QLabel* label = nullptr;
+        BudgetBar* bar = nullptr;
+        QLineEdit* edit = nullptr;
+        QToolButton* remove = nullptr;
+    };
+    void rebuild();
+    void refreshRow(int row);
+    void applyText(int row);
+
+    QPointer<BudgetModel> m_model;
+    QGridLayout* m_grid = nullptr;
+    QToolButton* m_add = nullptr;
+    QVector<Row> m_rows;
+};
+
+} // namespace stowage

@@ -295,9 +295,12 @@ void PlanningPage::applyPlan(Plan plan)
     m_totals->setText(parts.join(QStringLiteral(" &nbsp;&nbsp; ")));
 
     m_placement->setPlacement(m_tree, shared, std::move(layout));
+    const int rowsBefore = m_mapModel->rowCount();
     m_mapModel->setPlan(*shared);
-    if (m_mapView->columnWidth(DeviceMapModel::ModuleColumn) < m_mapView->fontMetrics().horizontalAdvance(QStringLiteral("model.layers.000.mlp")))
-        m_mapView->resizeColumnToContents(DeviceMapModel::ModuleColumn);
+    // Measuring every row costs time while dragging: only when the map's length changes.
+    if (m_mapModel->rowCount() != rowsBefore)
+        for (int c : {int(DeviceMapModel::ModuleColumn), int(DeviceMapModel::DeviceColumn), int(DeviceMapModel::SizeColumn)})
+            m_mapView->resizeColumnToContents(c);
     predict();
     emit planChanged();
 }

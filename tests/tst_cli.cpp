@@ -26,6 +26,8 @@ private slots:
     void planIndexOnly70b();
     void malformedShardExitsTwo();
     void tokenizeRoundTrip();
+    void tokenizeNeedsNoWeights();
+    void configClaimingTooManyLayersIsAnError();
     void hardwareProfiles();
 };
 
@@ -210,6 +212,54 @@ void TestCli::tokenizeRoundTrip()
     QCOMPARE(both.exitCode, 2);
     auto none = fixtures::runCli({"tokenize", QString::fromStdString(m_distil), "--text", "a"});
     QCOMPARE(none.exitCode, 2); // that checkpoint has no tokenizer files
+}
+
+void TestCli::tokenizeNeedsNoWeights()
+{
+    // What a user has before downloading: config.json and the tokenizer files.
+    const std::string d = m_tmp.path().toStdString() + "/tokenizer-only";
+    fs::create_directories(d);
+    fixtures::writeJson(d + "/config.json", fixtures::gpt2Config({}, DType::F32));
+    fs::copy_file(std::string(STOWAGE_TEST_SCRIPTS) + "/../tokenizer_data/tiny-bytelevel/tokenizer.json",
+                  d + "/tokenizer.json", fs::copy_options::overwrite_existing);
+    auto enc = fixtures::runCli({"tokenize", QString::fromStdString(d), "--text", "hello", "--json"});
+    QVERIFY2(enc.exitCode == 0, enc.err.constData());
+    const auto ids = nlohmann::json::parse(enc.out.toStdString())["ids"];
+    QVERIFY(!ids.empty());
+    std::string list;
+    for (const auto& id : ids)
+        list += (list.empty() ? "" : ",") + std::to_string(id.get<int>());
+    auto dec = fixtures::runCli({"tokenize", QString::fromStdString(d), "--ids", QString::fromStdString(list), "--json"});
+    QCOMPARE(dec.exitCode, 0);
+    QCOMPARE(nlohmann::json::parse(dec.out.toStdString())["text"].get<std::string>(), std::string("hello"));
+    // Planning does need the weights or their index, and says so.
+    auto plan = fixtures::runCli({"plan", QString::fromStdString(d)});
+    QCOMPARE(plan.exitCode, 2);
+}
+
+void TestCli::configClaimingTooManyLayersIsAnError()
+{
+    // A config.json that disagrees with its shards: distilgpt2's 6 layers
+    // under a config claiming 100,000 or 10^9 layers. The file holds
+    // wte, wpe, 6 x 14 per layer (ln_1 w/b, attn.bias, attn.masked_bias,
+    // c_attn w/b, c_proj w/b, ln_2 w/b, c_fc w/b, mlp c_proj w/b), ln_f w/b
+    // = 2 + 84 + 2 = 88 tensors. Planning
+    // that tree took minutes and gigabytes, or never ended; it is an input
+    // error now, found before any tree is built.
+    for (int64_t layers : {int64_t(100000), int64_t(1000000000)}) {
+        const std::string d = m_tmp.path().toStdString() + "/layers-" + std::to_string(layers);
+        fs::create_directories(d);
+        fs::copy_file(m_distil + "/model.safetensors", d + "/model.safetensors", fs::copy_options::overwrite_existing);
+        auto cfg = fixtures::gpt2Config({}, DType::F32);
+        cfg["n_layer"] = layers;
+        fixtures::writeJson(d + "/config.json", cfg);
+        for (const char* cmd : {"plan", "inspect"}) {
+            const QString problem = fixtures::badInputProblem(
+                fixtures::runCli({cmd, QString::fromStdString(d)}),
+                QString("n_layer is %1, but the weights hold only 88 tensors").arg(layers));
+            QVERIFY2(problem.isEmpty(), qPrintable(problem));
+        }
+    }
 }
 
 void TestCli::hardwareProfiles()

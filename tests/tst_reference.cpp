@@ -2,6 +2,7 @@
 // (tests/reference/, written from transformers' code paths): logits within
 // 1e-4 and identical greedy tokens for 24 steps, with all-CPU and with
 // offloaded maps planned for small budgets.
+#include "skip.h"
 #include "fixtures.h"
 #include "stowage/checkpoint.h"
 #include "stowage/error.h"
@@ -58,7 +59,7 @@ void TestReference::initTestCase()
 {
     QByteArray out, err;
     if (!python({"-c", "import torch, numpy"}, &out, &err))
-        QSKIP("Debian's python3-torch is needed for the reference models");
+        STOWAGE_SKIP_OR_FAIL(QStringLiteral("Debian's python3-torch is needed for the reference models"));
 }
 
 void TestReference::matchesReference_data()

@@ -1,5 +1,6 @@
 // Dispatch, offload store and hooks: the same logits whatever the map says,
 // offload folders that interchange with Accelerate, cancel, faults.
+#include "skip.h"
 #include "fixtures.h"
 #include "stowage/checkpoint.h"
 #include "stowage/error.h"
@@ -169,7 +170,7 @@ void TestRuntime::convertedDiskWeightsGoThroughTheOffloadFolder()
 void TestRuntime::offloadFolderInterchangesWithAccelerate()
 {
     if (!pythonHasTorch())
-        QSKIP("Debian's python3-torch and python3-numpy are needed for the Accelerate-format script");
+        STOWAGE_SKIP_OR_FAIL(QStringLiteral("Debian's python3-torch and python3-numpy are needed for the Accelerate-format script"));
     // Ours, read back the way Accelerate's load_offloaded_weight reads it.
     LoadOptions o;
     o.deviceMap = {{"", dev("disk")}};

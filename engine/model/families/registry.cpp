@@ -1,5 +1,7 @@
 #include "registry.h"
 
+#include "stowage/error.h"
+
 namespace stowage {
 
 std::vector<std::string> knownModelTypes()
@@ -44,10 +46,10 @@ namespace stowage::arch {
 const std::vector<Family>& families()
 {
     static const std::vector<Family> all{
-        {"gpt2", {{"gpt2", false}}, buildGpt2, gpt2Attention},
-        {"llama", {{"llama", true}, {"mistral", true}, {"qwen2", false}, {"qwen3", false}}, buildLlamaFamily,
-         llamaAttention},
-        {"opt", {{"opt", true}}, buildOpt, optAttention},
+        {"gpt2", {{"gpt2", false}}, "n_layer", 12, buildGpt2, gpt2Attention},
+        {"llama", {{"llama", true}, {"mistral", true}, {"qwen2", false}, {"qwen3", false}}, "num_hidden_layers", 32,
+         buildLlamaFamily, llamaAttention},
+        {"opt", {{"opt", true}}, "num_hidden_layers", 12, buildOpt, optAttention},
     };
     return all;
 }
@@ -61,11 +63,20 @@ const Family* familyFor(const std::string& modelType)
     return nullptr;
 }
 
-std::optional<Skeleton> buildSkeleton(const ModelConfig& config, DType dt)
+std::optional<Skeleton> buildSkeleton(const ModelConfig& config, DType dt, size_t storedTensors)
 {
-    if (const Family* f = familyFor(config.modelType()))
-        return f->build(config, dt);
-    return std::nullopt;
+    const Family* f = familyFor(config.modelType());
+    if (!f)
+        return std::nullopt;
+    // Every layer holds several tensors; a config claiming more layers than
+    // the weights hold tensors does not describe these weights.
+    const int64_t layers = config.integer(f->layersKey, f->defaultLayers);
+    if (storedTensors > 0 && layers > 0 && uint64_t(layers) > storedTensors)
+        throw InputError(config.path(), std::string(f->layersKey) + " is " + std::to_string(layers) +
+                                            ", but the weights hold only " + std::to_string(storedTensors) +
+                                            " tensors, fewer than one per layer: this config.json does not "
+                                            "describe these weights");
+    return f->build(config, dt);
 }
 
 std::string activationClass(const std::string& name)

@@ -32,14 +32,21 @@ struct Family {
     };
     const char* name;
     std::vector<Type> types;
+    // config.json's layer count and transformers' default for it: checked
+    // against the checkpoint before a tree is built, so a config claiming
+    // 10^9 layers is an error at once, not a hang.
+    const char* layersKey;
+    int64_t defaultLayers;
     Skeleton (*build)(const ModelConfig& config, DType dt);
     AttentionShape (*attention)(const ModelConfig& config);
 };
 const std::vector<Family>& families();
 const Family* familyFor(const std::string& modelType);
 
-// nullopt when config.model_type is not a known family.
-std::optional<Skeleton> buildSkeleton(const ModelConfig& config, DType paramDType);
+// nullopt when config.model_type is not a known family. Throws InputError
+// when the config claims more layers than `storedTensors` (the checkpoint's
+// tensor count, 0 when unknown) could hold.
+std::optional<Skeleton> buildSkeleton(const ModelConfig& config, DType paramDType, size_t storedTensors);
 
 // Per-family builders and shapes (one file each), registered in registry.cpp.
 Skeleton buildGpt2(const ModelConfig& config, DType dt);

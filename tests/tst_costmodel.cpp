@@ -372,10 +372,16 @@ void TestCostModel::detectsMachineMemory()
     const auto p = measureThisMachine();
     QVERIFY(m.ramAvailableBytes > 0);
     QVERIFY(m.ramAvailableBytes <= p.ramBytes);
-    // One entry per GPU the profile sees, none larger than that GPU.
+    QCOMPARE(m.ramTotalBytes, p.ramBytes); // both MemTotal
+    // One entry per GPU the profile sees, none larger than that GPU, with its name and size.
     QCOMPARE(m.gpuFreeBytes.size(), p.gpus.size());
-    for (size_t i = 0; i < m.gpuFreeBytes.size(); ++i)
+    QCOMPARE(m.gpuTotalBytes.size(), p.gpus.size());
+    QCOMPARE(m.gpuNames.size(), p.gpus.size());
+    for (size_t i = 0; i < m.gpuFreeBytes.size(); ++i) {
         QVERIFY(m.gpuFreeBytes[i] <= p.gpus[i].memoryBytes);
+        QCOMPARE(m.gpuTotalBytes[i], p.gpus[i].memoryBytes);
+        QCOMPARE(m.gpuNames[i], p.gpus[i].name);
+    }
     // Without a driver there are no GPUs.
     if (void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL))
         dlclose(nvml);

@@ -375,11 +375,14 @@ void TestPlanner::validation()
     auto uncovered = validateDeviceMap(t, {{"transformer", d("0")}});
     QCOMPARE(uncovered.errors.size(), size_t(1));
     QVERIFY(QString::fromStdString(uncovered.errors[0]).contains("tensor 'lm_head.weight' is not covered"));
+    QCOMPARE(uncovered.errorSubjects, std::vector<std::string>{"lm_head.weight"});
     auto split = validateDeviceMap(t, {{"transformer", d("0")}, {"lm_head", d("cpu")}});
     QVERIFY(!split.errors.empty() && QString::fromStdString(split.errors[0]).contains("different devices"));
+    QCOMPARE(split.errorSubjects.size(), split.errors.size());
     auto unknown = validateDeviceMap(t, {{"", d("cpu")}, {"transformer.h.99", d("0")}});
     QVERIFY(unknown.errors.empty());
     QCOMPARE(unknown.warnings.size(), size_t(1));
+    QCOMPARE(unknown.warningSubjects, std::vector<std::string>{"transformer.h.99"});
     QCOMPARE(deviceFor({{"transformer.h.1", d("0")}, {"", d("cpu")}}, "transformer.h.10.ln_1.weight")->name(),
              std::string("cpu"));
 }
@@ -397,6 +400,9 @@ void TestPlanner::kvCacheReservesRoom()
              QString("transformer.wte:0, lm_head:0, transformer.wpe:0, transformer.drop:0, transformer.ln_f:cpu, "
                      "transformer.h:cpu"));
     QCOMPARE(p.devices[1].reserved, uint64_t(6'000'000 + 15'175'744));
+    // the two parts: the KV cache of the 6 blocks on the cpu, the largest block kept free
+    QCOMPARE(p.devices[1].reservedKv, uint64_t(6'000'000));
+    QCOMPARE(p.devices[1].reservedLayer, uint64_t(15'175'744));
     // an activation reserve of 10 MB on GPU 0 pushes wte off it
     o.kv->activationBytes = 10'000'000;
     QCOMPARE(QString::fromStdString(mapText(planDeviceMap(t, o).deviceMap)), QString("'':cpu"));

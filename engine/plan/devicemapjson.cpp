@@ -50,12 +50,16 @@ DeviceMap deviceMapFromJson(const std::string& text, const std::string& path)
 MapCheck validateDeviceMap(const ModuleTree& tree, const DeviceMap& map)
 {
     MapCheck out;
-    for (const auto& [k, d] : map)
-        if (!k.empty() && tree.find(k) < 0 && tree.findParam(k) < 0)
+    for (const auto& [k, d] : map) {
+        if (!k.empty() && tree.find(k) < 0 && tree.findParam(k) < 0) {
             out.warnings.push_back("key '" + k + "' matches no module or parameter of the model");
+            out.warningSubjects.push_back(k);
+        }
+    }
     for (const auto& p : tree.params()) {
         if (!deviceFor(map, p.name)) {
             out.errors.push_back("tensor '" + p.name + "' is not covered by the device map");
+            out.errorSubjects.push_back(p.name);
             break; // the first one says enough
         }
     }
@@ -68,6 +72,7 @@ MapCheck validateDeviceMap(const ModuleTree& tree, const DeviceMap& map)
             if (first && *d != *first) {
                 out.errors.push_back("tied parameters " + g[0] + " and " + name + " are on different devices (" +
                                      first->name() + " and " + d->name() + "); they share one weight");
+                out.errorSubjects.push_back(name);
                 break;
             }
             first = d;

@@ -413,8 +413,12 @@ HardwareProfile measureThisMachine()
 MachineMemory detectMachineMemory()
 {
     MachineMemory m;
-    for (const NvmlGpu& nv : queryNvml())
+    for (const NvmlGpu& nv : queryNvml()) {
         m.gpuFreeBytes.push_back(nv.freeBytes);
+        m.gpuTotalBytes.push_back(nv.totalBytes);
+        m.gpuNames.push_back(nv.name);
+    }
+    m.ramTotalBytes = meminfo("MemTotal");
     m.ramAvailableBytes = meminfo("MemAvailable");
     if (m.ramAvailableBytes == 0) // kernels before 3.14 lack MemAvailable
         m.ramAvailableBytes = meminfo("MemFree") + meminfo("Buffers") + meminfo("Cached");

@@ -318,8 +318,8 @@ void Placer::explain(Plan& plan) const
     for (size_t i = 0; i < m_budgets.size(); ++i) {
         if (m_budgets[i].device.kind == Device::Disk && m_used[i] == 0)
             continue;
-        plan.devices.push_back(
-            {m_budgets[i].device, m_budgets[i].bytes, m_used[i] - m_kvUsed[i], m_reserved[i] + m_kvUsed[i]});
+        plan.devices.push_back({m_budgets[i].device, m_budgets[i].bytes, m_used[i] - m_kvUsed[i],
+                                m_reserved[i] + m_kvUsed[i], m_reserved[i], m_kvUsed[i]});
     }
     plan.notes.insert(plan.notes.end(), m_notes.begin(), m_notes.end());
 }

@@ -48,7 +48,10 @@ HardwareProfile measureThisMachine();
 // reports on Linux). Fast: no bandwidth test.
 struct MachineMemory {
     std::vector<uint64_t> gpuFreeBytes;
+    std::vector<uint64_t> gpuTotalBytes;  // parallel to gpuFreeBytes
+    std::vector<std::string> gpuNames;    // as NVML names them ("NVIDIA H200")
     uint64_t ramAvailableBytes = 0;
+    uint64_t ramTotalBytes = 0;
 };
 MachineMemory detectMachineMemory();
 

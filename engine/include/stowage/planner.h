@@ -58,6 +58,8 @@ struct DeviceTotal {
     double budget = -1;     // after balancing; -1 = unlimited (disk)
     uint64_t used = 0;      // weights placed there
     uint64_t reserved = 0;  // room kept for the largest layer (main devices) and KV cache
+    uint64_t reservedLayer = 0; // the largest-layer part of `reserved`
+    uint64_t reservedKv = 0;    // the KV-cache part of `reserved` (with --kv-cache)
 };
 
 struct Plan {
@@ -84,6 +86,9 @@ DeviceMap deviceMapFromJson(const std::string& text, const std::string& path);
 struct MapCheck {
     std::vector<std::string> errors;   // first uncovered tensor, ties split, ...
     std::vector<std::string> warnings; // keys that match no module
+    // The module, tensor or map key each message is about, parallel to
+    // errors and warnings, so a window can list problems by module.
+    std::vector<std::string> errorSubjects, warningSubjects;
 };
 // Validates a user-supplied map against the tree.
 MapCheck validateDeviceMap(const ModuleTree& tree, const DeviceMap& map);

@@ -7,6 +7,8 @@
 #include "hubcachedialog.h"
 #include "moduletreemodel.h"
 #include "planningpage.h"
+#include "runcontroller.h"
+#include "runpage.h"
 #include "plancontrols.h"
 #include "snippets.h"
 #include "stowage/checkpoint.h"
@@ -34,6 +36,7 @@
 #include <QStatusBar>
 #include <QStorageInfo>
 #include <QStyleFactory>
+#include <QTabWidget>
 #include <QToolButton>
 #include <QTreeView>
 #include <QVBoxLayout>
@@ -108,9 +111,16 @@ MainWindow::MainWindow(Options options, QWidget* parent) : QMainWindow(parent), 
     m_splitter->setStretchFactor(0, 2);
     m_splitter->setStretchFactor(1, 3);
     m_splitter->setSizes({540, 860});
+    m_run = new RunPage(m_page, m_options.workerProgram, central);
+    m_run->setObjectName("runPage");
+    m_pages = new QTabWidget(central);
+    m_pages->setObjectName("pages");
+    m_pages->setDocumentMode(true);
+    m_pages->addTab(m_splitter, tr("Plan"));
+    m_pages->addTab(m_run, tr("Run"));
     layout->addWidget(m_summary);
     layout->addWidget(m_errorBar);
-    layout->addWidget(m_splitter, 1);
+    layout->addWidget(m_pages, 1);
     setCentralWidget(central);
 
     connect(m_page, &PlanningPage::planChanged, this, &MainWindow::planChanged);
@@ -175,6 +185,19 @@ void MainWindow::buildMenus()
         QSettings().remove("budgets");
         probeMachine();
     });
+
+    QMenu* run = menuBar()->addMenu(tr("&Run"));
+    auto runAction = [&](const QString& name, const QString& text, const QKeySequence& key, void (RunPage::*slot)()) {
+        add(run, name, text, key, [this, slot] {
+            m_pages->setCurrentWidget(m_run);
+            (m_run->*slot)();
+        });
+    };
+    runAction("dispatch", tr("&Dispatch the Map"), QKeySequence(tr("F5")), &RunPage::dispatch);
+    runAction("generate", tr("&Generate"), QKeySequence(tr("Ctrl+Return")), &RunPage::generate);
+    runAction("stepToken", tr("Step One &Token"), QKeySequence(tr("F10")), &RunPage::stepOneToken);
+    runAction("stopRun", tr("&Stop"), QKeySequence(tr("Shift+F5")), &RunPage::stop);
+    runAction("unload", tr("&Unload"), {}, &RunPage::unload);
 
     QMenu* view = menuBar()->addMenu(tr("&View"));
     auto* themes = new QActionGroup(this);
@@ -315,6 +338,7 @@ void MainWindow::saveSettings() const
 void MainWindow::closeEvent(QCloseEvent* event)
 {
     saveSettings();
+    m_run->controller()->shutdown();
     QMainWindow::closeEvent(event);
 }
 
@@ -357,6 +381,7 @@ void MainWindow::planChanged()
     const bool has = m_page->plan() != nullptr;
     for (QAction* a : m_planActions)
         a->setEnabled(has);
+    m_run->updateButtons();
 }
 
 void MainWindow::syncTreeSelection(int module)

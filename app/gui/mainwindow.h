@@ -1,6 +1,6 @@
 #pragma once
-// The main window: the module tree on the left, the planning page on the
-// right, File/View/Devices menus. Opening runs off the GUI thread (each
+// The main window: a Plan page (the module tree on the left, the planning
+// page on the right) and a Run page, File/View/Devices/Run menus. Opening runs off the GUI thread (each
 // open numbered, stale results dropped); errors show in the window and
 // keep the previous model open.
 #include <QMainWindow>
@@ -11,6 +11,7 @@ class QAction;
 class QLabel;
 class QMenu;
 class QSplitter;
+class QTabWidget;
 class QToolButton;
 class QTreeView;
 
@@ -21,6 +22,7 @@ class DeviceMapModel;
 class HubCacheDialog;
 class ModuleTreeModel;
 class PlanningPage;
+class RunPage;
 
 class MainWindow : public QMainWindow {
     Q_OBJECT
@@ -28,6 +30,7 @@ public:
     struct Options {
         bool probeMachine = true;    // detect GPUs, RAM, disk and measure this machine
         bool restoreSettings = true; // budgets, simulated GPUs, window state from QSettings
+        QString workerProgram;       // stowage-cli for runs; empty: WorkerClient's default
     };
     MainWindow();
     explicit MainWindow(Options options, QWidget* parent = nullptr);
@@ -38,6 +41,9 @@ public:
     ModuleTreeModel* moduleModel() const { return m_model; }
     QTreeView* moduleView() const { return m_view; }
     PlanningPage* planningPage() const { return m_page; }
+    RunPage* runPage() const { return m_run; }
+    // Plan (0) or Run (1).
+    QTabWidget* pages() const { return m_pages; }
     BudgetModel* budgetModel() const;
     DeviceMapModel* deviceMapModel() const;
     QString summary() const;
@@ -89,6 +95,8 @@ private:
     QLabel* m_errorLabel = nullptr;
     QSplitter* m_splitter = nullptr;
     PlanningPage* m_page = nullptr;
+    RunPage* m_run = nullptr;
+    QTabWidget* m_pages = nullptr;
     QMenu* m_recentMenu = nullptr;
     QList<QAction*> m_planActions; // enabled once there is a plan
     HubCacheDialog* m_hub = nullptr;

@@ -4,11 +4,15 @@
 #include "mainwindow.h"
 #include "planningpage.h"
 #include "plancontrols.h"
+#include "runcharts.h"
+#include "runpage.h"
+#include "rundata.h"
 #include "stowage/costmodel.h"
 
 #include <QCommandLineParser>
 #include <QEventLoop>
 #include <QPixmap>
+#include <QTabWidget>
 #include <QTimer>
 
 #include <cstdio>
@@ -28,6 +32,11 @@ void addPlanOptions(QCommandLineParser& p)
     p.addOption({"device-map", "Show this device-map JSON instead of planning.", "FILE"});
     p.addOption({"size", "Window size for --screenshot, WIDTHxHEIGHT (default 1600x1000).", "WxH"});
     p.addOption({"dark", "Dark palette."});
+    p.addOption({"run-tokens", "With --screenshot: dispatch the map, generate N tokens, then capture the Run page.", "N"});
+    p.addOption({"prompt", "Prompt for --run-tokens (default: the run page's).", "TEXT"});
+    p.addOption({"policy", "Execution policy for --run-tokens: accelerate-like, prefetch, compute-where-it-lives.", "POLICY"});
+    p.addOption({"offload-folder", "Offload folder for --run-tokens.", "DIR"});
+    p.addOption({"throttle", "With --run-tokens: simulated GPUs copy at their preset's PCIe speed."});
 }
 
 QString applyPlanOptions(MainWindow& w, const QCommandLineParser& p)
@@ -87,6 +96,71 @@ QString applyPlanOptions(MainWindow& w, const QCommandLineParser& p)
     return {};
 }
 
+namespace {
+// Dispatches the map on screen and generates N tokens, waiting in local event
+// loops (a hang guard each); the Run page is shown for the grab.
+int runForScreenshot(MainWindow& w, const QCommandLineParser& p)
+{
+    bool okN = false;
+    const int n = p.value("run-tokens").toInt(&okN);
+    if (!okN || n <= 0) {
+        std::fprintf(stderr, "stowage: --run-tokens %s: expected a positive number of tokens\n", qPrintable(p.value("run-tokens")));
+        return 2;
+    }
+    RunPage* run = w.runPage();
+    w.pages()->setCurrentWidget(run);
+    if (p.isSet("prompt"))
+        run->setPrompt(p.value("prompt"));
+    if (p.isSet("offload-folder"))
+        run->setOffloadFolder(p.value("offload-folder"));
+    if (p.isSet("policy") && !run->setPolicy(p.value("policy"))) {
+        std::fprintf(stderr, "stowage: --policy %s: expected accelerate-like, prefetch or compute-where-it-lives\n",
+                     qPrintable(p.value("policy")));
+        return 2;
+    }
+    run->setThrottle(p.isSet("throttle"));
+    run->setMaxNewTokens(n);
+    run->setIgnoreEos(true);
+    bool ok = false;
+    {
+        QEventLoop loop;
+        QObject::connect(run, &RunPage::dispatched, &loop, [&](bool success) {
+            ok = success;
+            loop.quit();
+        });
+        QTimer::singleShot(600000, &loop, &QEventLoop::quit);
+        run->dispatch();
+        loop.exec();
+    }
+    if (!ok) {
+        std::fprintf(stderr, "stowage: dispatch failed: %s\n", qPrintable(run->messageText().isEmpty() ? run->statusText() : run->messageText()));
+        return 1;
+    }
+    bool done = false;
+    {
+        QEventLoop loop;
+        QObject::connect(run, &RunPage::generationDone, &loop, [&] {
+            done = true;
+            loop.quit();
+        });
+        QObject::connect(run, &RunPage::dispatched, &loop, &QEventLoop::quit); // the worker ended
+        QTimer::singleShot(600000, &loop, &QEventLoop::quit);
+        run->generate();
+        loop.exec();
+    }
+    if (!done) {
+        std::fprintf(stderr, "stowage: generation failed: %s\n", qPrintable(run->messageText()));
+        return 1;
+    }
+    // A few samples after the last token, so the graphs show the idle tail.
+    QEventLoop pause;
+    QTimer::singleShot(300, &pause, &QEventLoop::quit);
+    pause.exec();
+    run->charts()->refresh();
+    return 0;
+}
+} // namespace
+
 int renderScreenshot(MainWindow& w, const QString& path, const QString& file, const QCommandLineParser& p)
 {
     QSize size(1600, 1000);
@@ -123,6 +197,10 @@ int renderScreenshot(MainWindow& w, const QString& path, const QString& file, co
     if (!w.planningPage()->plan()) {
         std::fprintf(stderr, "stowage: %s\n", qPrintable(w.planningPage()->planError()));
         return 2;
+    }
+    if (p.isSet("run-tokens")) {
+        if (const int code = runForScreenshot(w, p); code != 0)
+            return code;
     }
     // Let layouts settle and the views paint once.
     for (int i = 0; i < 5; ++i) {

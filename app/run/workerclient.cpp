@@ -2,6 +2,7 @@
 
 #include <QCoreApplication>
 #include <QDir>
+#include <QFileInfo>
 #include <QJsonDocument>
 #include <QPointer>
 #include <QTimer>
@@ -37,7 +38,11 @@ QString WorkerClient::defaultProgram()
     const QByteArray env = qgetenv("STOWAGE_CLI");
     if (!env.isEmpty())
         return QString::fromLocal8Bit(env);
-    return QDir(QCoreApplication::applicationDirPath()).filePath("stowage-cli");
+    const QDir here(QCoreApplication::applicationDirPath());
+    // Installed side by side; in a build tree the window is one folder down (app/gui).
+    if (!QFileInfo::exists(here.filePath("stowage-cli")) && QFileInfo::exists(here.filePath("../stowage-cli")))
+        return QDir::cleanPath(here.filePath("../stowage-cli"));
+    return here.filePath("stowage-cli");
 }
 
 void WorkerClient::start()
@@ -102,6 +107,19 @@ void WorkerClient::shutdown(int graceMs)
             p->terminate();
     });
     QTimer::singleShot(2 * graceMs, this, [p] {
+        if (p && p->state() != QProcess::NotRunning)
+            p->kill();
+    });
+}
+
+void WorkerClient::terminate(int graceMs)
+{
+    if (!isRunning())
+        return;
+    m_userStopped = true;
+    m_process->terminate();
+    QPointer<QProcess> p = m_process;
+    QTimer::singleShot(graceMs, this, [p] {
         if (p && p->state() != QProcess::NotRunning)
             p->kill();
     });

@@ -28,6 +28,10 @@ public:
     void stop() { send(QJsonObject{{"cmd", "stop"}}); }
     // Asks the worker to quit, then terminates it after `graceMs`, then kills it.
     void shutdown(int graceMs = 2000);
+    // A worker that does not answer a stop: SIGTERM now, SIGKILL after
+    // `graceMs`. Reported by ended() as stopped by the user, not as a crash.
+    void terminate(int graceMs = 2000);
+    bool userStopped() const { return m_userStopped; }
 
     QString lastActivity() const { return m_lastActivity; }
     QString stderrLog() const { return m_stderr; }

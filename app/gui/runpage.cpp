@@ -1,0 +1,729 @@
+#include "runpage.h"
+
+#include "budgetmodel.h"
+#include "display.h"
+#include "moduledevices.h"
+#include "placementlayout.h"
+#include "placementmap.h"
+#include "planningpage.h"
+#include "runcharts.h"
+#include "runcontroller.h"
+#include "samplesmodel.h"
+#include "snippets.h"
+#include "stowage/fileio.h"
+#include "stowage/hardware.h"
+#include "timelinedelegate.h"
+#include "tracemodel.h"
+#include "workerclient.h"
+
+#include <QButtonGroup>
+#include <QCheckBox>
+#include <QComboBox>
+#include <QCoreApplication>
+#include <QDir>
+#include <QDoubleSpinBox>
+#include <QFileDialog>
+#include <QFormLayout>
+#include <QGroupBox>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QJsonDocument>
+#include <QLabel>
+#include <QLineEdit>
+#include <QPlainTextEdit>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QRadioButton>
+#include <QScrollBar>
+#include <QSlider>
+#include <QSpinBox>
+#include <QSplitter>
+#include <QStandardPaths>
+#include <QTableView>
+#include <QTabWidget>
+#include <QToolButton>
+#include <QVBoxLayout>
+
+namespace stowage {
+
+namespace {
+QString deviceText(const QString& device)
+{
+    const auto d = Device::parse(device.toStdString());
+    return d ? deviceLabel(*d) : device;
+}
+
+QString swatch(const QColor& c, const QString& text, Qt::BrushStyle = Qt::SolidPattern)
+{
+    return QStringLiteral("<span style='background:%1'>&nbsp;&nbsp;&nbsp;</span>&nbsp;%2&nbsp;&nbsp;").arg(c.name(), text);
+}
+
+const char* kCaptionStyle = "QLabel { padding: 6px; border-radius: 3px; background: %1; color: #101010; }";
+} // namespace
+
+RunPage::RunPage(PlanningPage* planning, const QString& program, QWidget* parent)
+    : QWidget(parent),
+      m_planning(planning),
+      m_controller(new RunController(program, this)),
+      m_samples(new SamplesModel(this)),
+      m_trace(new TraceModel(this))
+{
+    auto* layout = new QVBoxLayout(this);
+    layout->setContentsMargins(0, 0, 0, 0);
+    layout->setSpacing(6);
+
+    m_messageBar = new QWidget(this);
+    m_messageBar->setObjectName("runMessageBar");
+    auto* ml = new QHBoxLayout(m_messageBar);
+    ml->setContentsMargins(8, 4, 4, 4);
+    m_message = new QLabel(m_messageBar);
+    m_message->setObjectName("runMessage");
+    m_message->setWordWrap(true);
+    m_message->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    auto* close = new QToolButton(m_messageBar);
+    close->setText(QStringLiteral("✕"));
+    close->setAutoRaise(true);
+    ml->addWidget(m_message, 1);
+    ml->addWidget(close);
+    m_messageBar->hide();
+    connect(close, &QToolButton::clicked, m_messageBar, &QWidget::hide);
+    layout->addWidget(m_messageBar);
+
+    auto* split = new QSplitter(Qt::Horizontal, this);
+    split->setObjectName("runSplitter");
+    split->addWidget(buildControls());
+
+    auto* right = new QSplitter(Qt::Vertical, split);
+    auto* mapBox = new QGroupBox(tr("Placement that runs"), right);
+    auto* mapLayout = new QVBoxLayout(mapBox);
+    m_map = new PlacementMap(mapBox);
+    m_map->setObjectName("runPlacementMap");
+    m_caption = new QLabel(tr("Dispatch the map, then generate, or step one token in slow motion to see each stage."), mapBox);
+    m_caption->setObjectName("teachingCaption");
+    m_caption->setWordWrap(true);
+    m_caption->setStyleSheet(QString::fromLatin1(kCaptionStyle).arg(QStringLiteral("#eef1f5")));
+    mapLayout->addWidget(m_map);
+    mapLayout->addWidget(m_caption);
+    right->addWidget(mapBox);
+    right->addWidget(buildOutput());
+
+    m_tabs = new QTabWidget(right);
+    m_tabs->setObjectName("runTabs");
+    m_charts = new RunCharts(m_samples, m_tabs);
+    m_charts->setObjectName("runCharts");
+    m_tabs->addTab(m_charts, tr("Graphs"));
+    m_tabs->addTab(buildTimeline(), tr("Execution timeline"));
+    right->addWidget(m_tabs);
+    right->setStretchFactor(0, 0);
+    right->setStretchFactor(1, 1);
+    right->setStretchFactor(2, 3);
+    mapBox->setSizePolicy(QSizePolicy::Preferred, QSizePolicy::Maximum);
+    split->addWidget(right);
+    split->setStretchFactor(0, 0);
+    split->setStretchFactor(1, 1);
+    layout->addWidget(split, 1);
+
+    RunController* c = m_controller;
+    connect(c, &RunController::stateChanged, this, &RunPage::updateButtons);
+    connect(c, &RunController::progress, this, [this](int permille, const QString& what) {
+        m_progress->setValue(permille);
+        m_status->setText(tr("Dispatching %1…").arg(QFileInfo(what).fileName()));
+    });
+    connect(c, &RunController::loaded, this, &RunPage::onLoaded);
+    connect(c, &RunController::sampleAvailable, m_samples, &SamplesModel::addSample);
+    connect(c, &RunController::traceAvailable, this, &RunPage::onTrace);
+    connect(c, &RunController::tokenAvailable, this, &RunPage::onToken);
+    connect(c, &RunController::done, this, &RunPage::onDone);
+    connect(c, &RunController::warning, this, [this](const QString& m) { showMessage(m, false); });
+    connect(c, &RunController::cancelled, this, [this] {
+        m_progress->setValue(0);
+        m_status->setText(tr("Dispatch cancelled; nothing is loaded."));
+        emit dispatched(false);
+    });
+    connect(c, &RunController::unloaded, this, [this] {
+        m_status->setText(tr("Unloaded: the worker gave every byte of the model back."));
+        m_charts->clearDispatchBytes();
+    });
+    connect(c, &RunController::failed, this, [this](const QString& m) {
+        showMessage(tr("The worker refused: %1").arg(m));
+        m_status->setText(m_controller->modelLoaded() ? tr("Loaded.") : tr("Nothing loaded."));
+        if (!m_controller->modelLoaded())
+            emit dispatched(false);
+    });
+    connect(c, &RunController::workerEnded, this, [this](const QString& description, bool byUser) {
+        m_progress->setValue(0);
+        m_status->setText(tr("No worker. Dispatch starts a new one."));
+        QString text = description;
+        text[0] = text[0].toUpper();
+        showMessage(byUser ? tr("%1. The plan is kept; Dispatch starts a new worker.").arg(text)
+                           : tr("%1. The plan is kept; Dispatch starts a new worker (last stderr: %2)")
+                                 .arg(text, m_controller->client()->stderrLog().trimmed().right(200)),
+                    !byUser);
+        emit dispatched(false);
+    });
+    connect(m_trace, &TraceModel::stepsChanged, this, [this] {
+        const QVector<int> steps = m_trace->steps();
+        m_stepSlider->setRange(0, std::max(0, int(steps.size()) - 1));
+        if (m_follow->isChecked())
+            m_stepSlider->setValue(m_stepSlider->maximum());
+        m_stepLabel->setText(steps.isEmpty() ? tr("no steps yet")
+                                             : tr("step %1 of %2").arg(m_trace->shownStep()).arg(steps.last()));
+        m_timeline->horizontalHeader()->viewport()->update();
+    });
+    updateButtons();
+}
+
+RunPage::~RunPage()
+{
+    if (!m_hardwareFile.isEmpty())
+        QFile::remove(m_hardwareFile);
+}
+
+QWidget* RunPage::buildControls()
+{
+    auto* panel = new QWidget(this);
+    panel->setMinimumWidth(300);
+    panel->setMaximumWidth(380);
+    auto* v = new QVBoxLayout(panel);
+    v->setContentsMargins(0, 0, 4, 0);
+
+    auto* dispatchBox = new QGroupBox(tr("Dispatch"), panel);
+    auto* df = new QFormLayout(dispatchBox);
+    m_policy = new QComboBox(dispatchBox);
+    m_policy->setObjectName("policyBox");
+    // The worker's policy names (docs/worker-protocol.md).
+    const std::pair<ExecutionPolicy, const char*> policies[] = {{ExecutionPolicy::AccelerateLike, "accelerate-like"},
+                                                                {ExecutionPolicy::Prefetch, "prefetch"},
+                                                                {ExecutionPolicy::ComputeWhereItLives, "compute-where-it-lives"}};
+    for (const auto& [p, name] : policies) {
+        m_policy->addItem(policyLabel(p), QString::fromLatin1(name));
+        m_policy->setItemData(m_policy->count() - 1, policyDescription(p), Qt::ToolTipRole);
+    }
+    df->addRow(tr("Execution policy"), m_policy);
+    auto* off = new QHBoxLayout;
+    m_offload = new QLineEdit(dispatchBox);
+    m_offload->setObjectName("offloadFolder");
+    m_offload->setPlaceholderText(tr("a temporary folder"));
+    auto* browse = new QToolButton(dispatchBox);
+    browse->setText(QStringLiteral("…"));
+    connect(browse, &QToolButton::clicked, this, [this] {
+        const QString d = QFileDialog::getExistingDirectory(this, tr("Offload Folder"), m_offload->text());
+        if (!d.isEmpty())
+            m_offload->setText(d);
+    });
+    off->addWidget(m_offload, 1);
+    off->addWidget(browse);
+    df->addRow(tr("Offload folder"), off);
+    m_throttle = new QCheckBox(tr("Simulated GPUs copy at their preset's PCIe speed"), dispatchBox);
+    m_throttle->setObjectName("throttleBox");
+    df->addRow(m_throttle);
+    m_mapSummary = new QLabel(dispatchBox);
+    m_mapSummary->setWordWrap(true);
+    m_mapSummary->setObjectName("runMapSummary");
+    df->addRow(m_mapSummary);
+    auto* buttons = new QHBoxLayout;
+    m_dispatch = new QPushButton(tr("Dispatch"), dispatchBox);
+    m_dispatch->setObjectName("dispatchButton");
+    m_dispatch->setDefault(true);
+    m_cancel = new QPushButton(tr("Cancel"), dispatchBox);
+    m_cancel->setObjectName("cancelButton");
+    m_unload = new QPushButton(tr("Unload"), dispatchBox);
+    m_unload->setObjectName("unloadButton");
+    buttons->addWidget(m_dispatch);
+    buttons->addWidget(m_cancel);
+    buttons->addWidget(m_unload);
+    df->addRow(buttons);
+    m_progress = new QProgressBar(dispatchBox);
+    m_progress->setObjectName("dispatchProgress");
+    m_progress->setRange(0, 1000);
+    m_progress->setValue(0);
+    m_progress->setFormat(QStringLiteral("%p%"));
+    df->addRow(m_progress);
+    m_status = new QLabel(tr("Nothing loaded."), dispatchBox);
+    m_status->setObjectName("runStatus");
+    m_status->setWordWrap(true);
+    df->addRow(m_status);
+    v->addWidget(dispatchBox);
+
+    auto* genBox = new QGroupBox(tr("Generate"), panel);
+    auto* gf = new QFormLayout(genBox);
+    m_prompt = new QPlainTextEdit(genBox);
+    m_prompt->setObjectName("promptEdit");
+    m_prompt->setPlaceholderText(tr("Prompt (empty: the model's start token)"));
+    m_prompt->setPlainText(QStringLiteral("In the beginning"));
+    m_prompt->setMaximumHeight(m_prompt->fontMetrics().height() * 4);
+    gf->addRow(m_prompt);
+    m_maxTokens = new QSpinBox(genBox);
+    m_maxTokens->setObjectName("maxNewTokens");
+    m_maxTokens->setRange(1, 100000);
+    m_maxTokens->setValue(64);
+    gf->addRow(tr("Max new tokens"), m_maxTokens);
+    auto* modes = new QHBoxLayout;
+    m_greedy = new QRadioButton(tr("Greedy"), genBox);
+    m_greedy->setObjectName("greedyButton");
+    m_sampling = new QRadioButton(tr("Sampling"), genBox);
+    m_sampling->setObjectName("samplingButton");
+    m_greedy->setChecked(true);
+    modes->addWidget(m_greedy);
+    modes->addWidget(m_sampling);
+    modes->addStretch();
+    gf->addRow(tr("Decoding"), modes);
+    m_temperature = new QDoubleSpinBox(genBox);
+    m_temperature->setRange(0.01, 5.0);
+    m_temperature->setSingleStep(0.05);
+    m_temperature->setValue(0.8);
+    m_topK = new QSpinBox(genBox);
+    m_topK->setRange(0, 100000);
+    m_topK->setValue(50);
+    m_topK->setSpecialValueText(tr("off"));
+    m_topP = new QDoubleSpinBox(genBox);
+    m_topP->setRange(0.01, 1.0);
+    m_topP->setSingleStep(0.05);
+    m_topP->setValue(0.95);
+    m_seed = new QSpinBox(genBox);
+    m_seed->setRange(0, 2147483647);
+    m_seed->setValue(42);
+    auto* sampling = new QHBoxLayout;
+    for (auto [label, w] : {std::pair<QString, QWidget*>{tr("T"), m_temperature}, {tr("k"), m_topK}, {tr("p"), m_topP}}) {
+        auto* l = new QLabel(label, genBox);
+        l->setToolTip(w == m_temperature ? tr("Temperature") : w == m_topK ? tr("Top-k") : tr("Top-p"));
+        sampling->addWidget(l);
+        sampling->addWidget(w, 1);
+    }
+    gf->addRow(tr("Sampling"), sampling);
+    gf->addRow(tr("Seed"), m_seed);
+    m_ignoreEos = new QCheckBox(tr("Keep going past end-of-text"), genBox);
+    m_ignoreEos->setObjectName("ignoreEos");
+    gf->addRow(m_ignoreEos);
+    auto setSampling = [this](bool on) {
+        for (QWidget* w : {static_cast<QWidget*>(m_temperature), static_cast<QWidget*>(m_topK),
+                           static_cast<QWidget*>(m_topP), static_cast<QWidget*>(m_seed)})
+            w->setEnabled(on);
+    };
+    connect(m_sampling, &QRadioButton::toggled, this, setSampling);
+    setSampling(false);
+    auto* gb = new QHBoxLayout;
+    m_generate = new QPushButton(tr("Generate"), genBox);
+    m_generate->setObjectName("generateButton");
+    m_stop = new QPushButton(tr("Stop"), genBox);
+    m_stop->setObjectName("stopButton");
+    gb->addWidget(m_generate);
+    gb->addWidget(m_stop);
+    gf->addRow(gb);
+    m_speed = new QLabel(genBox);
+    m_speed->setObjectName("tokensPerSecond");
+    gf->addRow(m_speed);
+    v->addWidget(genBox);
+
+    auto* teachBox = new QGroupBox(tr("Teaching mode"), panel);
+    auto* tf = new QFormLayout(teachBox);
+    m_unitDelay = new QSpinBox(teachBox);
+    m_unitDelay->setObjectName("unitDelay");
+    m_unitDelay->setRange(0, 5000);
+    m_unitDelay->setSingleStep(50);
+    m_unitDelay->setValue(250);
+    m_unitDelay->setSuffix(tr(" ms per unit"));
+    tf->addRow(tr("Slow motion"), m_unitDelay);
+    m_step = new QPushButton(tr("Step One Token"), teachBox);
+    m_step->setObjectName("stepButton");
+    m_step->setToolTip(tr("Runs the next token unit by unit, pausing before each computes"));
+    tf->addRow(m_step);
+    v->addWidget(teachBox);
+    v->addStretch();
+
+    connect(m_dispatch, &QPushButton::clicked, this, &RunPage::dispatch);
+    connect(m_cancel, &QPushButton::clicked, this, &RunPage::cancel);
+    connect(m_unload, &QPushButton::clicked, this, &RunPage::unload);
+    connect(m_generate, &QPushButton::clicked, this, &RunPage::generate);
+    connect(m_stop, &QPushButton::clicked, this, &RunPage::stop);
+    connect(m_step, &QPushButton::clicked, this, &RunPage::stepOneToken);
+    return panel;
+}
+
+QWidget* RunPage::buildOutput()
+{
+    auto* box = new QGroupBox(tr("Output"));
+    auto* l = new QVBoxLayout(box);
+    m_output = new QPlainTextEdit(box);
+    m_output->setObjectName("runOutput");
+    m_output->setReadOnly(true);
+    m_output->setPlaceholderText(tr("Generated text streams here."));
+    m_output->setMaximumBlockCount(5000);
+    l->addWidget(m_output);
+    return box;
+}
+
+QWidget* RunPage::buildTimeline()
+{
+    auto* w = new QWidget;
+    auto* l = new QVBoxLayout(w);
+    l->setContentsMargins(4, 4, 4, 4);
+    auto* top = new QHBoxLayout;
+    m_stepSlider = new QSlider(Qt::Horizontal, w);
+    m_stepSlider->setObjectName("stepSlider");
+    m_stepSlider->setRange(0, 0);
+    m_stepLabel = new QLabel(tr("no steps yet"), w);
+    m_stepLabel->setMinimumWidth(110);
+    m_follow = new QCheckBox(tr("Follow the last token"), w);
+    m_follow->setChecked(true);
+    top->addWidget(new QLabel(tr("Token"), w));
+    top->addWidget(m_stepSlider, 1);
+    top->addWidget(m_stepLabel);
+    top->addWidget(m_follow);
+    l->addLayout(top);
+    m_timeline = new QTableView(w);
+    m_timeline->setObjectName("timelineView");
+    m_timeline->setModel(m_trace);
+    m_timeline->setItemDelegateForColumn(TraceModel::TimelineColumn, new TimelineDelegate(m_timeline));
+    m_timeline->verticalHeader()->hide();
+    m_timeline->verticalHeader()->setDefaultSectionSize(m_timeline->fontMetrics().height() + 8);
+    m_timeline->setShowGrid(false);
+    m_timeline->setAlternatingRowColors(true);
+    m_timeline->setSelectionBehavior(QAbstractItemView::SelectRows);
+    m_timeline->setMouseTracking(true);
+    m_timeline->setVerticalScrollBarPolicy(Qt::ScrollBarAlwaysOn); // the scale must not jump
+    m_timeline->horizontalHeader()->setStretchLastSection(true);
+    m_timeline->horizontalHeader()->setDefaultAlignment(Qt::AlignLeft | Qt::AlignVCenter);
+    m_timeline->setColumnWidth(TraceModel::UnitColumn, 170);
+    m_timeline->setColumnWidth(TraceModel::DeviceColumn, 90);
+    m_timeline->setColumnWidth(TraceModel::WaitColumn, 70);
+    m_timeline->setColumnWidth(TraceModel::ComputeColumn, 70);
+    l->addWidget(m_timeline, 1);
+    TraceSpan gpu;
+    gpu.device = QStringLiteral("0");
+    auto legend = new QLabel(w);
+    legend->setObjectName("timelineLegend");
+    legend->setTextFormat(Qt::RichText);
+    TraceSpan fetch = gpu, pre = gpu, map = gpu, wait = gpu;
+    fetch.kind = TraceSpan::Fetch;
+    pre.kind = TraceSpan::Prefetch;
+    map.kind = TraceSpan::Map;
+    wait.kind = TraceSpan::Wait;
+    legend->setText(tr("Upper lane: ") + swatch(spanColor(fetch), tr("fetch")) + swatch(spanColor(pre), tr("prefetch")) +
+                    swatch(spanColor(map), tr("read from disk")) + swatch(spanColor(wait), tr("wait")) +
+                    tr("&nbsp; Lower lane: ") + swatch(spanColor(gpu), tr("compute (device colour)")) +
+                    tr("&nbsp; <span style='color:#b00020'>▭</span> critical path: what the token waited on. "
+                       "Hover a bar for bytes and times."));
+    l->addWidget(legend);
+    connect(m_stepSlider, &QSlider::valueChanged, this, [this](int v) {
+        const QVector<int> steps = m_trace->steps();
+        if (steps.isEmpty())
+            return;
+        const bool last = v >= steps.size() - 1;
+        if (!last)
+            m_follow->setChecked(false);
+        m_trace->showStep(m_follow->isChecked() ? -1 : steps.value(v));
+        m_stepLabel->setText(tr("step %1 of %2").arg(m_trace->shownStep()).arg(steps.last()));
+        m_timeline->horizontalHeader()->viewport()->update();
+    });
+    connect(m_follow, &QCheckBox::toggled, this, [this](bool on) {
+        if (on) {
+            m_trace->showStep(-1);
+            m_stepSlider->setValue(m_stepSlider->maximum());
+        }
+    });
+    return w;
+}
+
+void RunPage::updateButtons()
+{
+    using S = RunController::State;
+    const S s = m_controller->state();
+    const bool busy = s == S::Loading || s == S::Generating || s == S::Stepping || s == S::Unloading;
+    const bool loaded = m_controller->modelLoaded();
+    m_dispatch->setEnabled(!busy && m_planning->plan() != nullptr);
+    m_cancel->setEnabled(s == S::Loading || (s == S::Starting));
+    m_unload->setEnabled(loaded && !busy);
+    m_generate->setEnabled(loaded && !busy);
+    m_step->setEnabled(loaded && !busy);
+    m_stop->setEnabled(s == S::Generating || s == S::Stepping);
+}
+
+void RunPage::showMessage(const QString& text, bool error)
+{
+    m_message->setText(text);
+    m_messageBar->setStyleSheet(error ? "#runMessageBar { background: #fde2e2; border: 1px solid #e8a0a0; border-radius: 3px; } QLabel { color: #7a1010; }"
+                                      : "#runMessageBar { background: #fff4d6; border: 1px solid #e8cf80; border-radius: 3px; } QLabel { color: #5a4300; }");
+    m_messageBar->setVisible(!text.isEmpty());
+}
+
+QString RunPage::writeHardwareProfile(bool* simulated) const
+{
+    // One profile for every GPU of the plan, from the presets of the simulated ones.
+    const BudgetModel* m = m_planning->budgetModel();
+    HardwareProfile hw = hardwarePreset("h100-80gb"); // typical host figures
+    hw.name = "GPUs of this plan";
+    hw.gpus.clear();
+    *simulated = false;
+    for (int r = 0; r < m->rowCount(); ++r) {
+        const BudgetDevice& d = m->at(r);
+        if (d.device.kind != Device::Gpu)
+            continue;
+        GpuProfile g = hardwarePreset("h100-80gb").gpus.at(0);
+        if (!d.preset.isEmpty()) {
+            try {
+                g = hardwarePreset(d.preset.toStdString()).gpus.at(0);
+            } catch (const std::exception&) {
+            }
+        }
+        g.name = d.hardware.toStdString();
+        if (d.capacity)
+            g.memoryBytes = d.capacity;
+        *simulated = *simulated || d.simulated;
+        hw.gpus.push_back(g);
+    }
+    if (!*simulated)
+        return {};
+    const QString path = QDir(QStandardPaths::writableLocation(QStandardPaths::TempLocation))
+                             .filePath(QStringLiteral("stowage-run-hardware-%1.json").arg(QCoreApplication::applicationPid()));
+    try {
+        writeFileAtomically(path.toStdString(), profileToJson(hw) + "\n");
+    } catch (const std::exception&) {
+        return {};
+    }
+    return path;
+}
+
+LoadRequest RunPage::loadRequest(QString* error) const
+{
+    LoadRequest r;
+    const auto plan = m_planning->plan();
+    if (!plan) {
+        if (error)
+            *error = tr("There is no plan to run: open a checkpoint and plan it first.");
+        return r;
+    }
+    const SnippetInput in = m_planning->snippetInput();
+    r.path = in.modelPath;
+    r.dtype = QString::fromLatin1(dtypeTorchName(in.dtype));
+    r.deviceMap = QJsonDocument::fromJson(QByteArray::fromStdString(deviceMapToJson(plan->deviceMap))).object();
+    const BudgetModel* m = m_planning->budgetModel();
+    bool usesGpu = false;
+    for (const auto& [key, dev] : plan->deviceMap)
+        usesGpu = usesGpu || dev.kind == Device::Gpu;
+    for (int row = 0; row < m->rowCount(); ++row)
+        if (m->at(row).device.kind == Device::Gpu)
+            r.maxMemory.insert(QString::number(m->at(row).device.index), double(m->at(row).budget));
+    r.simulateGpus = usesGpu && m->simulatedGpuCount() > 0;
+    r.policy = m_policy->currentData().toString();
+    r.offloadFolder = m_offload->text().trimmed();
+    if (r.offloadFolder.isEmpty())
+        r.offloadFolder = QDir(QStandardPaths::writableLocation(QStandardPaths::CacheLocation)).filePath("offload");
+    r.throttle = m_throttle->isChecked() && r.simulateGpus;
+    if (r.simulateGpus) {
+        if (!m_hardwareOverride.isEmpty()) {
+            r.hardware = m_hardwareOverride;
+        } else {
+            bool simulated = false;
+            r.hardware = writeHardwareProfile(&simulated);
+        }
+    }
+    return r;
+}
+
+GenerateRequest RunPage::generateRequest() const
+{
+    GenerateRequest g;
+    g.prompt = m_prompt->toPlainText();
+    g.maxNewTokens = m_maxTokens->value();
+    g.greedy = m_greedy->isChecked();
+    g.temperature = m_temperature->value();
+    g.topK = m_topK->value();
+    g.topP = m_topP->value();
+    g.seed = m_seed->value();
+    g.ignoreEos = m_ignoreEos->isChecked();
+    return g;
+}
+
+void RunPage::dispatch()
+{
+    QString error;
+    const LoadRequest r = loadRequest(&error);
+    if (r.deviceMap.isEmpty()) {
+        showMessage(error);
+        return;
+    }
+    m_messageBar->hide();
+    m_samples->clear();
+    m_trace->setUnits({});
+    m_charts->clearDispatchBytes();
+    QVector<std::pair<QString, quint64>> budgets;
+    const BudgetModel* m = m_planning->budgetModel();
+    for (int row = 0; row < m->rowCount(); ++row) {
+        const BudgetDevice& d = m->at(row);
+        const QString name = QString::fromStdString(d.device.name());
+        budgets.push_back({name, d.budget});
+        if (d.simulated)
+            m_samples->setDeviceLabel(name, tr("%1 (simulated)").arg(deviceLabel(d.device)));
+    }
+    m_samples->setBudgets(budgets);
+    // The map that runs, on the page's own placement strip.
+    const auto plan = m_planning->plan();
+    const auto tree = m_planning->tree();
+    if (plan && tree)
+        m_map->setPlacement(tree, plan, layoutPlacement(*tree, moduleDevices(*tree, plan->deviceMap)));
+    QStringList devices;
+    for (const auto& [key, dev] : plan->deviceMap)
+        if (!devices.contains(deviceLabel(dev)))
+            devices << deviceLabel(dev);
+    m_mapSummary->setText(tr("Runs the %1 map on screen: %2 entries on %3%4.")
+                              .arg(m_planning->showingImportedMap() ? tr("imported") : tr("planned"))
+                              .arg(plan->deviceMap.size())
+                              .arg(devices.join(QStringLiteral(", ")),
+                                   r.simulateGpus ? (r.throttle ? tr(" (simulated GPUs, PCIe throttled)") : tr(" (simulated GPUs)"))
+                                                  : QString()));
+    m_progress->setValue(0);
+    m_status->setText(m_controller->state() == RunController::State::NoWorker ? tr("Starting the worker…")
+                                                                             : tr("Dispatching…"));
+    m_controller->dispatch(r);
+    updateButtons();
+}
+
+void RunPage::cancel() { m_controller->stop(); }
+
+void RunPage::stop() { m_controller->stop(); }
+
+void RunPage::unload() { m_controller->unload(); }
+
+void RunPage::generate()
+{
+    m_stepping = false;
+    m_newContext = true;
+    m_output->setPlainText(m_prompt->toPlainText());
+    m_output->moveCursor(QTextCursor::End);
+    m_streamed.clear();
+    m_trace->clear();
+    m_firstTokenAt = -1;
+    m_speed->setText(tr("Prefilling the prompt…"));
+    m_controller->generate(generateRequest());
+}
+
+void RunPage::stepOneToken()
+{
+    m_stepping = true;
+    GenerateRequest g = generateRequest();
+    if (m_newContext) {
+        m_output->setPlainText(g.prompt);
+        m_streamed.clear();
+        m_trace->clear();
+    } else {
+        g.prompt = QString(); // continue the current context
+    }
+    m_controller->step(g, m_unitDelay->value());
+    m_newContext = false;
+}
+
+void RunPage::onLoaded(const LoadedInfo& info)
+{
+    m_progress->setValue(1000);
+    m_status->setText(tr("Loaded %1 in %2 s: %3 execution units.").arg(info.modelType).arg(info.loadSeconds, 0, 'f', 2).arg(info.units.size()));
+    m_trace->setUnits(info.units);
+    m_charts->setDispatchBytes(info.devices);
+    m_newContext = true;
+    emit dispatched(true);
+}
+
+void RunPage::onToken(const TokenMark& t)
+{
+    m_streamed.push_back(t.id);
+    m_samples->addToken(t.t);
+    m_output->moveCursor(QTextCursor::End);
+    m_output->insertPlainText(t.text);
+    if (m_firstTokenAt < 0) {
+        m_firstTokenAt = t.t;
+        m_speed->setText(tr("First token after the prompt."));
+    } else if (t.t > m_firstTokenAt) {
+        m_speed->setText(tr("%1 tokens/s (%2 tokens)")
+                             .arg(double(m_streamed.size() - 1) / (t.t - m_firstTokenAt), 0, 'f', 1)
+                             .arg(m_streamed.size()));
+    }
+}
+
+void RunPage::onTrace(const QVector<TraceSpan>& spans)
+{
+    m_trace->addSpans(spans);
+    if (m_stepping && !spans.isEmpty()) {
+        // The newest stage, told in words, and its unit outlined on the map.
+        const TraceSpan* last = &spans.front();
+        for (const TraceSpan& s : spans)
+            if (s.t1 >= last->t1)
+                last = &s;
+        showCaption(*last);
+    }
+}
+
+void RunPage::showCaption(const TraceSpan& s)
+{
+    const auto tree = m_planning->tree();
+    if (tree)
+        m_map->setSelectedModule(tree->find(s.unit.toStdString()));
+    const QString dev = deviceText(s.device);
+    const QString what = s.tensor.isEmpty() ? s.unit : s.tensor;
+    QString text, colour;
+    switch (s.kind) {
+    case TraceSpan::Map:
+        text = tr("<b>Fetch from disk</b> — %1 reads %2 (%3) in place from the memory-mapped file.").arg(s.unit, what, formatBytes(s.bytes));
+        colour = QStringLiteral("#e6e6e6");
+        break;
+    case TraceSpan::Fetch:
+        text = tr("<b>Copy to %1</b> — %2 (%3) is copied for %4 before it runs.").arg(dev, what, formatBytes(s.bytes), s.unit);
+        colour = QStringLiteral("#dce8f5");
+        break;
+    case TraceSpan::Prefetch:
+        text = tr("<b>Prefetch to %1</b> — %2 (%3) is copied ahead, while the previous unit computes.").arg(dev, what, formatBytes(s.bytes));
+        colour = QStringLiteral("#e4eef9");
+        break;
+    case TraceSpan::Wait:
+        text = tr("<b>Wait</b> — %1 waits for its prefetch to arrive on %2.").arg(s.unit, dev);
+        colour = QStringLiteral("#fbe0e0");
+        break;
+    case TraceSpan::Compute:
+        text = tr("<b>Compute</b> — %1 runs on %2 (%3 ms).").arg(s.unit, dev).arg((s.t1 - s.t0) * 1000, 0, 'f', 2);
+        colour = QStringLiteral("#def0d8");
+        break;
+    case TraceSpan::Release:
+        text = tr("<b>Release</b> — %1's fetched copies are dropped from %2; its weights stay where the map put them.").arg(s.unit, dev);
+        colour = QStringLiteral("#eeeeee");
+        break;
+    }
+    m_caption->setText(tr("Step %1 · ").arg(s.step) + text);
+    m_caption->setStyleSheet(QString::fromLatin1(kCaptionStyle).arg(colour));
+}
+
+void RunPage::onDone(const DoneInfo& d)
+{
+    m_lastDone = d;
+    if (!m_stepping) {
+        m_speed->setText(tr("%1 %2 tokens · prefill %3 s · %4 tokens/s")
+                             .arg(d.stopped ? tr("Stopped after") : tr("Done:"))
+                             .arg(d.tokenIds.size())
+                             .arg(d.prefillSeconds, 0, 'f', 2)
+                             .arg(d.tokensPerSecond, 0, 'f', 1));
+    } else {
+        m_caption->setText(m_caption->text() + tr(" — token done; Step again for the next one."));
+    }
+    m_charts->refresh();
+    emit generationDone(d);
+}
+
+void RunPage::setPrompt(const QString& text) { m_prompt->setPlainText(text); }
+void RunPage::setMaxNewTokens(int n) { m_maxTokens->setValue(n); }
+void RunPage::setGreedy(bool greedy) { (greedy ? m_greedy : m_sampling)->setChecked(true); }
+void RunPage::setIgnoreEos(bool ignore) { m_ignoreEos->setChecked(ignore); }
+void RunPage::setThrottle(bool throttle) { m_throttle->setChecked(throttle); }
+void RunPage::setOffloadFolder(const QString& folder) { m_offload->setText(folder); }
+void RunPage::setUnitDelayMs(int ms) { m_unitDelay->setValue(ms); }
+bool RunPage::setPolicy(const QString& name)
+{
+    const int i = m_policy->findData(name);
+    if (i >= 0)
+        m_policy->setCurrentIndex(i);
+    return i >= 0;
+}
+QString RunPage::outputText() const { return m_output->toPlainText(); }
+QString RunPage::messageText() const { return m_messageBar->isVisible() ? m_message->text() : QString(); }
+QString RunPage::statusText() const { return m_status->text(); }
+QString RunPage::captionText() const { return m_caption->text(); }
+QString RunPage::tokensPerSecondText() const { return m_speed->text(); }
+
+} // namespace stowage

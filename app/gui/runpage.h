@@ -1,0 +1,153 @@
+#pragma once
+// The run page: dispatch the map on screen to the worker process, generate
+// with streaming text and live tokens/s, stop, unload; live graphs of
+// memory and traffic; the execution timeline of the last (or a scrubbed-to)
+// token; and teaching mode, one token in slow motion with the running unit
+// outlined on the placement map and a caption per stage. The page only
+// shows what the RunController reports; it never waits for the worker.
+#include "rundata.h"
+
+#include <QWidget>
+
+#include <memory>
+
+class QCheckBox;
+class QComboBox;
+class QDoubleSpinBox;
+class QLabel;
+class QLineEdit;
+class QPlainTextEdit;
+class QProgressBar;
+class QPushButton;
+class QRadioButton;
+class QSlider;
+class QSpinBox;
+class QTableView;
+class QTabWidget;
+
+namespace stowage {
+
+class PlacementMap;
+class PlanningPage;
+class RunCharts;
+class RunController;
+class SamplesModel;
+class TraceModel;
+struct LoadRequest;
+struct GenerateRequest;
+
+class RunPage : public QWidget {
+    Q_OBJECT
+public:
+    // `program`: the stowage-cli to run the worker with (empty: the default).
+    RunPage(PlanningPage* planning, const QString& program = {}, QWidget* parent = nullptr);
+    ~RunPage() override;
+
+    RunController* controller() const { return m_controller; }
+    SamplesModel* samplesModel() const { return m_samples; }
+    TraceModel* traceModel() const { return m_trace; }
+    RunCharts* charts() const { return m_charts; }
+    QTableView* timelineView() const { return m_timeline; }
+    PlacementMap* teachingMap() const { return m_map; }
+    QTabWidget* tabs() const { return m_tabs; }
+
+    // What Dispatch would send for the map on screen; empty path and an
+    // error when there is no plan.
+    LoadRequest loadRequest(QString* error = nullptr) const;
+    GenerateRequest generateRequest() const;
+    // A hardware profile (.json) for the simulated GPUs instead of their presets (tests).
+    void setHardwareOverride(const QString& profilePath) { m_hardwareOverride = profilePath; }
+    void setPrompt(const QString& text);
+    void setMaxNewTokens(int n);
+    void setGreedy(bool greedy);
+    void setIgnoreEos(bool ignore);
+    void setThrottle(bool throttle);
+    void setOffloadFolder(const QString& folder);
+    void setUnitDelayMs(int ms);
+    // \"accelerate-like\", \"prefetch\" or \"compute-where-it-lives\"; false for another name.
+    bool setPolicy(const QString& name);
+
+    QString outputText() const;
+    QString messageText() const; // the message strip, empty when hidden
+    QString statusText() const;
+    QString captionText() const;
+    QString tokensPerSecondText() const;
+    const DoneInfo& lastDone() const { return m_lastDone; }
+    QVector<int> streamedTokens() const { return m_streamed; }
+
+public slots:
+    void dispatch();
+    void cancel();
+    void generate();
+    void stop();
+    void unload();
+    void stepOneToken();
+    void updateButtons();
+
+signals:
+    void dispatched(bool ok);  // loaded, or failed/cancelled
+    void generationDone(const DoneInfo& info);
+
+private:
+    QWidget* buildControls();
+    QWidget* buildOutput();
+    QWidget* buildTimeline();
+    void showMessage(const QString& text, bool error = true);
+    void onLoaded(const LoadedInfo& info);
+    void onToken(const TokenMark& token);
+    void onTrace(const QVector<TraceSpan>& spans);
+    void onDone(const DoneInfo& info);
+    void showCaption(const TraceSpan& span);
+    QString writeHardwareProfile(bool* simulated) const;
+
+    PlanningPage* m_planning;
+    RunController* m_controller;
+    SamplesModel* m_samples;
+    TraceModel* m_trace;
+    RunCharts* m_charts = nullptr;
+    PlacementMap* m_map = nullptr;
+    QTabWidget* m_tabs = nullptr;
+    QTableView* m_timeline = nullptr;
+    QSlider* m_stepSlider = nullptr;
+    QLabel* m_stepLabel = nullptr;
+    QCheckBox* m_follow = nullptr;
+
+    QComboBox* m_policy = nullptr;
+    QLineEdit* m_offload = nullptr;
+    QCheckBox* m_throttle = nullptr;
+    QLabel* m_mapSummary = nullptr;
+    QPushButton* m_dispatch = nullptr;
+    QPushButton* m_cancel = nullptr;
+    QPushButton* m_unload = nullptr;
+    QProgressBar* m_progress = nullptr;
+    QLabel* m_status = nullptr;
+    QPlainTextEdit* m_prompt = nullptr;
+    QSpinBox* m_maxTokens = nullptr;
+    QRadioButton* m_greedy = nullptr;
+    QRadioButton* m_sampling = nullptr;
+    QDoubleSpinBox* m_temperature = nullptr;
+    QSpinBox* m_topK = nullptr;
+    QDoubleSpinBox* m_topP = nullptr;
+    QSpinBox* m_seed = nullptr;
+    QCheckBox* m_ignoreEos = nullptr;
+    QPushButton* m_generate = nullptr;
+    QPushButton* m_stop = nullptr;
+    QPushButton* m_step = nullptr;
+    QSpinBox* m_unitDelay = nullptr;
+    QLabel* m_caption = nullptr;
+    QLabel* m_speed = nullptr;
+    QPlainTextEdit* m_output = nullptr;
+    QWidget* m_messageBar = nullptr;
+    QLabel* m_message = nullptr;
+
+    QString m_hardwareOverride;
+    QString m_hardwareFile;
+    bool m_stepping = false;
+    bool m_newContext = true;
+    DoneInfo m_lastDone;
+    QVector<int> m_streamed;
+    double m_firstTokenAt = -1;
+    qint64 m_generateStarted = 0;
+};
+
+} // namespace stowage

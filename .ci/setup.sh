@@ -5,7 +5,8 @@ packages=(cmake ninja-build g++ ccache pkg-config
   qt6-base-dev qt6-charts-dev libqt6opengl6-dev libgl-dev
   libtorch-dev libopenblas0-pthread nlohmann-json3-dev
   libpcre2-dev libutf8proc-dev libsentencepiece-dev
-  python3-torch python3-numpy nodejs)
+  python3-torch python3-numpy nodejs
+  lintian appstream desktop-file-utils dpkg-dev)
 # npm too, unless node already brings it (NodeSource's nodejs provides and conflicts with Debian's npm).
 command -v npm >/dev/null 2>&1 || packages+=(npm)
 missing=()

@@ -112,16 +112,19 @@ void TestCliRun::runBadInput()
 
 void TestCliRun::textPromptComesBackDecoded()
 {
-    // the demo ships a byte-level tokenizer.json: "Hi" is two ids
-    auto run = fixtures::runCli({"run", "--prompt", "Hi", "--max-new-tokens", "5", "--ignore-eos", "--json"});
+    // The demo: a Llama whose tokenizer_config.json says add_bos_token, so
+    // <s> (id 0) comes first; the ids of "In the beginning" are what the
+    // training tool's own BPE (tools/train_demo/bpe.py) gives for it.
+    auto run = fixtures::runCli({"run", "--prompt", "In the beginning", "--max-new-tokens", "5", "--ignore-eos", "--json"});
     QCOMPARE(run.exitCode, 0);
     auto j = nlohmann::json::parse(run.out.toStdString());
-    QCOMPARE(j["prompt_ids"].size(), size_t(2));
+    QCOMPARE(j["prompt_ids"].get<std::vector<int>>(), (std::vector<int>{0, 1144, 260, 1797, 1240}));
     QCOMPARE(j["token_ids"].size(), size_t(5));
     QVERIFY(j["text"].is_string());
-    auto streamed = fixtures::runCli({"run", "--prompt", "Hi", "--max-new-tokens", "5", "--ignore-eos"});
+    auto streamed = fixtures::runCli({"run", "--prompt", "In the beginning", "--max-new-tokens", "5", "--ignore-eos"});
     QCOMPARE(streamed.exitCode, 0);
-    QVERIFY(streamed.out.startsWith("Hi"));
+    QVERIFY2(streamed.out.startsWith("In the beginning"), streamed.out.constData()); // BOS is special: not shown
+    QVERIFY(streamed.out.trimmed().endsWith(QByteArray::fromStdString(j["text"].get<std::string>()).trimmed()));
 }
 
 QTEST_APPLESS_MAIN(TestCliRun)

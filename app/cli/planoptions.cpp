@@ -30,15 +30,6 @@ Budgets parseMaxMemory(const Args& a)
     return b;
 }
 
-Budgets machineBudgets()
-{
-    MachineMemory m = detectMachineMemory();
-    Budgets b;
-    for (size_t i = 0; i < m.gpuFreeBytes.size(); ++i)
-        b.push_back({Device::gpu(int(i)), double(m.gpuFreeBytes[i])});
-    b.push_back({Device::cpu(), double(m.ramAvailableBytes)});
-    return b;
-}
 
 std::optional<KvReserve> parseKv(const Args& a, const Checkpoint& ck, const ModuleTree& tree)
 {
@@ -66,6 +57,16 @@ std::optional<KvReserve> parseKv(const Args& a, const Checkpoint& ck, const Modu
 }
 
 } // namespace
+
+Budgets machineBudgets()
+{
+    MachineMemory m = detectMachineMemory();
+    Budgets b;
+    for (size_t i = 0; i < m.gpuFreeBytes.size(); ++i)
+        b.push_back({Device::gpu(int(i)), double(m.gpuFreeBytes[i])});
+    b.push_back({Device::cpu(), double(m.ramAvailableBytes)});
+    return b;
+}
 
 std::string readFile(const std::string& path) { return readTextFile(path); }
 

@@ -16,6 +16,8 @@ std::set<std::string> planValuedOptions();
 std::set<std::string> planFlagOptions();
 // --reference transformers|accelerate (default transformers); `inspect` takes it too.
 Reference parseReferenceOption(const Args& args);
+// What get_max_memory reports on this machine: each GPU's free memory and the available RAM.
+Budgets machineBudgets();
 // Without --max-memory, the budgets are what this machine has free (as Accelerate's get_max_memory).
 PlanOptions planOptionsFromArgs(const Args& args, const Checkpoint& ck, const ModuleTree& tree);
 // A user's device-map JSON, validated against the tree (the first error is thrown as InputError).

@@ -322,16 +322,6 @@ SamplingOptions applySampling(SamplingOptions s, const GenerateCommand& g)
     return s;
 }
 
-Budgets machineBudgets()
-{
-    MachineMemory m = detectMachineMemory();
-    Budgets b;
-    for (size_t i = 0; i < m.gpuFreeBytes.size(); ++i)
-        b.push_back({Device::gpu(int(i)), double(m.gpuFreeBytes[i])});
-    b.push_back({Device::cpu(), double(m.ramAvailableBytes)});
-    return b;
-}
-
 ojson helloEvent()
 {
     ojson policies = ojson::array();

@@ -66,9 +66,6 @@ GenerateCommand parseGenerate(const nlohmann::json& cmd, bool step);
 // over them; giving a sampling field without "greedy" means sampling.
 SamplingOptions applySampling(SamplingOptions defaults, const GenerateCommand& g);
 
-// What get_max_memory reports: each GPU's free memory and available RAM.
-Budgets machineBudgets();
-
 nlohmann::ordered_json helloEvent();
 nlohmann::ordered_json sampleEvent(const MemorySample& s);
 // Trace events in batches of at most 1024 per "trace" event.

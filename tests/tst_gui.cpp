@@ -46,7 +46,7 @@ constexpr quint64 MiB = 1ull << 20;
 
 QString shotDir() { return QString::fromLocal8Bit(qgetenv("STOWAGE_SCREENSHOT_DIR")); }
 
-MainWindow::Options fixedMachine() { return {false, false}; }
+MainWindow::Options fixedMachine() { return {false, false, {}}; }
 } // namespace
 
 class TestGui : public QObject {

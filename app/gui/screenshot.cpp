@@ -9,6 +9,7 @@
 #include "rundata.h"
 #include "stowage/costmodel.h"
 
+#include <QRegularExpression>
 #include <QCommandLineParser>
 #include <QEventLoop>
 #include <QPixmap>
@@ -46,9 +47,12 @@ QString applyPlanOptions(MainWindow& w, const QCommandLineParser& p)
     try {
         if (p.isSet("hardware")) {
             const HardwareProfile hw = hardwarePreset(p.value("hardware").toStdString());
-            const QString preset = p.value("hardware").section(QLatin1Char('x'), -1);
+            // "2xrtx4090" is two of preset "rtx4090"; "rtx4090" has an x of its own.
+            const QString spec = p.value("hardware");
+            const QRegularExpressionMatch n = QRegularExpression(QStringLiteral("^\\d+x(.+)$")).match(spec);
+            const QString preset = n.hasMatch() ? n.captured(1) : spec;
             for (const GpuProfile& g : hw.gpus)
-                m->addSimulatedGpu(QString::fromStdString(g.name), hw.gpus.size() > 1 || p.value("hardware").contains(QLatin1Char('x')) ? preset : p.value("hardware"), g.memoryBytes);
+                m->addSimulatedGpu(QString::fromStdString(g.name), preset, g.memoryBytes);
         }
         for (const QString& spec : p.values("max-memory")) {
             const int eq = spec.indexOf(QLatin1Char('='));

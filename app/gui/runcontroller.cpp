@@ -216,6 +216,7 @@ void RunController::handleEvent(const QJsonObject& e)
         LoadedInfo info;
         info.modelType = e.value("model_type").toString();
         info.loadSeconds = e.value("load_s").toDouble();
+        info.hasTokenizer = e.value("tokenizer").toBool(true);
         for (const auto& v : e.value("units").toArray())
             info.units.push_back({v.toObject().value("name").toString(), v.toObject().value("device").toString()});
         for (const auto& v : e.value("devices").toArray()) {

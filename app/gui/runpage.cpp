@@ -34,6 +34,7 @@
 #include <QProgressBar>
 #include <QPushButton>
 #include <QRadioButton>
+#include <QRegularExpression>
 #include <QScrollBar>
 #include <QSlider>
 #include <QSpinBox>
@@ -394,6 +395,7 @@ QWidget* RunPage::buildTimeline()
     auto legend = new QLabel(w);
     legend->setObjectName("timelineLegend");
     legend->setTextFormat(Qt::RichText);
+    legend->setWordWrap(true);
     TraceSpan fetch = gpu, pre = gpu, map = gpu, wait = gpu;
     fetch.kind = TraceSpan::Fetch;
     pre.kind = TraceSpan::Prefetch;
@@ -525,6 +527,15 @@ GenerateRequest RunPage::generateRequest() const
 {
     GenerateRequest g;
     g.prompt = m_prompt->toPlainText();
+    if (!m_hasTokenizer) {
+        // Without a tokenizer the prompt box holds token ids: "1, 2, 3".
+        static const QRegularExpression separators(QStringLiteral("[^0-9]+"));
+        for (const QString& part : g.prompt.split(separators, Qt::SkipEmptyParts))
+            g.promptIds.push_back(part.toInt());
+        if (g.promptIds.isEmpty())
+            g.promptIds.push_back(0);
+        g.prompt.clear();
+    }
     g.maxNewTokens = m_maxTokens->value();
     g.greedy = m_greedy->isChecked();
     g.temperature = m_temperature->value();
@@ -608,6 +619,7 @@ void RunPage::stepOneToken()
         m_trace->clear();
     } else {
         g.prompt = QString(); // continue the current context
+        g.promptIds.clear();
     }
     m_controller->step(g, m_unitDelay->value());
     m_newContext = false;
@@ -619,6 +631,11 @@ void RunPage::onLoaded(const LoadedInfo& info)
     m_status->setText(tr("Loaded %1 in %2 s: %3 execution units.").arg(info.modelType).arg(info.loadSeconds, 0, 'f', 2).arg(info.units.size()));
     m_trace->setUnits(info.units);
     m_charts->setDispatchBytes(info.devices);
+    m_hasTokenizer = info.hasTokenizer;
+    m_prompt->setPlaceholderText(m_hasTokenizer ? tr("Prompt (empty: the model's start token)")
+                                                : tr("This model has no tokenizer: type token ids, e.g. 1, 2, 3"));
+    if (!m_hasTokenizer)
+        m_status->setText(m_status->text() + tr(" No tokenizer: the prompt is token ids."));
     m_newContext = true;
     emit dispatched(true);
 }
@@ -628,7 +645,7 @@ void RunPage::onToken(const TokenMark& t)
     m_streamed.push_back(t.id);
     m_samples->addToken(t.t);
     m_output->moveCursor(QTextCursor::End);
-    m_output->insertPlainText(t.text);
+    m_output->insertPlainText(m_hasTokenizer || !t.text.isEmpty() ? t.text : QStringLiteral(" %1").arg(t.id));
     if (m_firstTokenAt < 0) {
         m_firstTokenAt = t.t;
         m_speed->setText(tr("First token after the prompt."));

@@ -143,6 +143,7 @@ private:
     QString m_hardwareOverride;
     QString m_hardwareFile;
     bool m_stepping = false;
+    bool m_hasTokenizer = true;
     bool m_newContext = true;
     DoneInfo m_lastDone;
     QVector<int> m_streamed;

@@ -37,6 +37,7 @@ void addPlanOptions(QCommandLineParser& p)
     p.addOption({"prompt", "Prompt for --run-tokens (default: the run page's).", "TEXT"});
     p.addOption({"policy", "Execution policy for --run-tokens: accelerate-like, prefetch, compute-where-it-lives.", "POLICY"});
     p.addOption({"offload-folder", "Offload folder for --run-tokens.", "DIR"});
+    p.addOption({"run-view", "With --run-tokens: the tab to capture, graphs (default) or timeline.", "VIEW"});
     p.addOption({"throttle", "With --run-tokens: simulated GPUs copy at their preset's PCIe speed."});
 }
 
@@ -161,6 +162,8 @@ int runForScreenshot(MainWindow& w, const QCommandLineParser& p)
     QTimer::singleShot(300, &pause, &QEventLoop::quit);
     pause.exec();
     run->charts()->refresh();
+    if (p.value("run-view") == QLatin1String("timeline"))
+        run->tabs()->setCurrentIndex(1);
     return 0;
 }
 } // namespace

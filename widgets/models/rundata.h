@@ -78,9 +78,11 @@ struct LoadedInfo {
     double loadSeconds = 0;
     QVector<RunUnit> units;
     QVector<DeviceBytes> devices;
+    bool hasTokenizer = true; // without one, prompts are token ids
     bool operator==(const LoadedInfo& o) const
     {
-        return modelType == o.modelType && loadSeconds == o.loadSeconds && units == o.units && devices == o.devices;
+        return modelType == o.modelType && loadSeconds == o.loadSeconds && units == o.units && devices == o.devices &&
+               hasTokenizer == o.hasTokenizer;
     }
 };
 

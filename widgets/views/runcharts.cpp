@@ -30,7 +30,7 @@ QChartView* viewOf(QChart* chart, QWidget* parent)
 {
     auto* v = new QChartView(chart, parent);
     v->setRenderHint(QPainter::Antialiasing, true);
-    v->setMinimumHeight(170);
+    v->setMinimumSize(200, 170);
     return v;
 }
 

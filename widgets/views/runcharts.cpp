@@ -65,6 +65,10 @@ RunCharts::RunCharts(SamplesModel* model, QWidget* parent) : QWidget(parent), m_
     };
     axes(m_memory, &m_memX, &m_memY);
     axes(m_traffic, &m_trafX, &m_trafY);
+    m_memRam = new QValueAxis;
+    m_memRam->setLabelFormat(QStringLiteral("%.0f"));
+    m_memRam->setRange(0, 1);
+    m_memory->addAxis(m_memRam, Qt::AlignRight);
     for (QScatterSeries** s : {&m_memTokens, &m_trafTokens}) {
         *s = new QScatterSeries;
         (*s)->setName(tr("token"));
@@ -163,7 +167,7 @@ QLineSeries* RunCharts::seriesFor(int column)
     QChart* chart = traffic ? m_traffic : m_memory;
     chart->addSeries(s);
     s->attachAxis(traffic ? m_trafX : m_memX);
-    s->attachAxis(traffic ? m_trafY : m_memY);
+    s->attachAxis(traffic ? m_trafY : column == SamplesModel::RssColumn ? m_memRam : m_memY);
     m_series.insert(column, s);
     return s;
 }
@@ -178,7 +182,7 @@ QLineSeries* RunCharts::budgetSeriesFor(const QString& device)
     s->setPen(QPen(colorOf(device), 1.2, Qt::DashLine));
     m_memory->addSeries(s);
     s->attachAxis(m_memX);
-    s->attachAxis(m_memY);
+    s->attachAxis(device == QLatin1String("cpu") ? m_memRam : m_memY);
     m_budgetLines.insert(device, s);
     return s;
 }
@@ -209,6 +213,7 @@ void RunCharts::setDispatchBytes(const QVector<DeviceBytes>& devices)
     m_bars->append(actual);
     m_dispX->append(categories);
     m_dispY->setRange(0, niceCeil(maxBytes / unit * 1.05));
+    m_dispY->applyNiceNumbers();
     m_dispY->setTitleText(name);
 }
 
@@ -234,27 +239,41 @@ void RunCharts::refresh()
     const double xMax = niceCeil(tEnd);
     const int buckets = std::max(50, static_cast<int>(m_memory->plotArea().width()));
 
-    double memMax = 0, trafMax = 0;
+    // Three scales: device memory (left), the worker's resident set with the
+    // RAM budget (right: LibTorch alone holds ~150 MiB, which would flatten a
+    // small model's GPU lines), and throughput.
+    enum Scale { Devices, Ram, Traffic };
+    auto scaleOf = [](int column) {
+        return column == SamplesModel::RssColumn ? Ram
+               : column == SamplesModel::DiskRateColumn || column == SamplesModel::H2dRateColumn ? Traffic
+                                                                                                 : Devices;
+    };
+    double top[3] = {0, 0, 0};
+    bool hasDevices = false;
     for (auto it = m_series.cbegin(); it != m_series.cend(); ++it) {
-        const bool traffic = it.key() == SamplesModel::DiskRateColumn || it.key() == SamplesModel::H2dRateColumn;
-        (traffic ? trafMax : memMax) = std::max(traffic ? trafMax : memMax, m_model->maxValue(it.key()));
+        const Scale sc = scaleOf(it.key());
+        top[sc] = std::max(top[sc], m_model->maxValue(it.key()));
+        hasDevices = hasDevices || sc == Devices;
     }
     // A budget far above what the run uses would flatten every line: such
     // budgets stay in the legend, marked off scale, and out of the range.
-    const double dataMax = memMax;
-    auto onScale = [dataMax](quint64 bytes) { return dataMax <= 0 || double(bytes) <= 3 * dataMax; };
+    const double dataTop[3] = {top[0], top[1], top[2]};
+    auto budgetScale = [](const QString& device) { return device == QLatin1String("cpu") ? Ram : Devices; };
+    auto onScale = [&](const QString& device, quint64 bytes) {
+        const double d = dataTop[budgetScale(device)];
+        return d <= 0 || double(bytes) <= 3 * d;
+    };
     for (const auto& [device, bytes] : m_model->budgets())
-        if (device != QLatin1String("disk") && onScale(bytes))
-            memMax = std::max(memMax, double(bytes));
-    double memUnit = 1, trafUnit = 1;
-    QString memName, trafName;
-    unitFor(memMax, &memUnit, &memName);
-    unitFor(trafMax, &trafUnit, &trafName);
+        if (device != QLatin1String("disk") && onScale(device, bytes))
+            top[budgetScale(device)] = std::max(top[budgetScale(device)], double(bytes));
+    double unit[3] = {1, 1, 1};
+    QString unitName[3];
+    for (int i = 0; i < 3; ++i)
+        unitFor(top[i], &unit[i], &unitName[i]);
 
     for (auto it = m_series.cbegin(); it != m_series.cend(); ++it) {
-        const bool traffic = it.key() == SamplesModel::DiskRateColumn || it.key() == SamplesModel::H2dRateColumn;
         QVector<QPointF> pts = m_model->points(it.key(), 0, tEnd, buckets);
-        const double u = traffic ? trafUnit : memUnit;
+        const double u = unit[scaleOf(it.key())];
         for (QPointF& p : pts)
             p.setY(p.y() / u);
         it.value()->replace(pts);
@@ -265,8 +284,8 @@ void RunCharts::refresh()
         QLineSeries* line = budgetSeriesFor(device);
         const auto d = Device::parse(device.toStdString());
         const QString label = tr("%1 budget %2").arg(d ? deviceLabel(*d) : device, formatBytes(bytes));
-        if (onScale(bytes)) {
-            const double y = double(bytes) / memUnit;
+        if (onScale(device, bytes)) {
+            const double y = double(bytes) / unit[budgetScale(device)];
             line->setName(label);
             line->replace(QVector<QPointF>{{0, y}, {xMax, y}});
         } else {
@@ -291,10 +310,15 @@ void RunCharts::refresh()
         x->setLabelFormat(xFormat);
         x->applyNiceNumbers();
     }
-    m_memY->setRange(0, niceCeil(memMax / memUnit * 1.08));
-    m_memY->setTitleText(memName);
-    m_trafY->setRange(0, niceCeil(std::max(1.0, trafMax / trafUnit * 1.08)));
-    m_trafY->setTitleText(trafName + tr("/s"));
+    auto setY = [](QValueAxis* axis, double max, const QString& title) {
+        axis->setRange(0, niceCeil(std::max(1.0, max * 1.08)));
+        axis->applyNiceNumbers();
+        axis->setTitleText(title);
+    };
+    setY(m_memY, top[Devices] / unit[Devices], tr("devices, %1").arg(unitName[Devices]));
+    setY(m_memRam, top[Ram] / unit[Ram], tr("resident set, %1").arg(unitName[Ram]));
+    setY(m_trafY, top[Traffic] / unit[Traffic], unitName[Traffic] + tr("/s"));
+    m_memY->setVisible(hasDevices);
 }
 
 int RunCharts::memoryPointCount() const

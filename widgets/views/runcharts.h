@@ -56,7 +56,8 @@ private:
     QChart* m_traffic = nullptr;
     QChart* m_dispatch = nullptr;
     QValueAxis* m_memX = nullptr;
-    QValueAxis* m_memY = nullptr;
+    QValueAxis* m_memY = nullptr;   // device memory
+    QValueAxis* m_memRam = nullptr; // the worker's resident set, RAM budget
     QValueAxis* m_trafX = nullptr;
     QValueAxis* m_trafY = nullptr;
     QValueAxis* m_dispY = nullptr;

@@ -18,7 +18,8 @@ struct WeightStore::Slot {
     Device home;
     RtDevice* homeDev = nullptr;
     at::Tensor resident; // on its home device; undefined for disk
-    const uint8_t* src = nullptr; // disk: bytes in the checkpoint mapping or offload file
+    const uint8_t* src = nullptr; // bytes in the checkpoint mapping or offload file
+    std::shared_ptr<const void> keep; // the mapping `src` points into, kept alive by views of it
     DType srcDType = DType::F32;
     std::vector<int64_t> shape;
     uint64_t bytes = 0; // in the compute dtype
@@ -87,8 +88,30 @@ std::vector<std::string> WeightStore::deviceDescriptions() const
 
 at::Tensor WeightStore::fromSource(const Slot& s) const
 {
-    // from_blob never owns or writes: the mapping is read-only and outlives the store.
-    return at::from_blob(const_cast<uint8_t*>(s.src), s.shape, at::TensorOptions().dtype(toTorch(s.srcDType)));
+    // A view, never written: the mapping is read-only (PROT_READ), so a stray
+    // in-place op would fault rather than corrupt the file. The deleter owns
+    // nothing but a reference to the mapping, so a view that outlives the
+    // store (or the Checkpoint) still points at mapped memory.
+    const auto options = at::TensorOptions().dtype(toTorch(s.srcDType));
+    if (!s.keep)
+        return at::from_blob(const_cast<uint8_t*>(s.src), s.shape, options);
+    return at::from_blob(
+        const_cast<uint8_t*>(s.src), s.shape, [keep = s.keep](void*) {}, options);
+}
+
+// A CPU-resident weight is used in place from the checkpoint's mapping (zero
+// copy, as Accelerate and llama.cpp do) when nothing about it must change: a
+// safetensors tensor already in the compute dtype, aligned for its element
+// type, computed with on the CPU. Its pages are then file-backed: the page
+// cache holds the weights once, shared with every process that maps the file,
+// and the kernel can drop and re-read them instead of swapping. Not when a
+// real GPU executes offloaded units with fast copies: those want pinned host
+// memory, which is a copy anyway.
+bool WeightStore::usesInPlace(const Slot& s) const
+{
+    return s.home.kind == Device::Cpu && s.keep && readsInPlace(s) &&
+           reinterpret_cast<uintptr_t>(s.src) % uintptr_t(at::elementSize(m_computeDType)) == 0 &&
+           !(m_exec->torch.is_cuda() && m_options.policy != ExecutionPolicy::AccelerateLike);
 }
 
 // Disk weights are read straight from the original safetensors mapping when
@@ -145,12 +168,18 @@ void WeightStore::load(const ProgressFn& progress)
             if (progress && !progress(total ? double(done) / double(total) : 0.0, s.name))
                 throw Cancelled();
             s.src = m_ck.data(t);
+            s.keep = m_ck.shards()[shard].map;
             s.tensor = &t;
             s.srcDType = t.dtype;
             if (s.home.kind == Device::Disk) {
                 needOffload = needOffload || !readsInPlace(s);
             } else {
                 m_telemetry.allocate(s.homeDev->label(), s.bytes, s.name);
+                if (usesInPlace(s)) {
+                    s.resident = fromSource(s);
+                    done += t.nbytes;
+                    continue;
+                }
                 try {
                     s.resident = fromSource(s).to(s.homeDev->torch, m_computeDType, false, /*copy=*/true);
                 } catch (const c10::Error& e) {
@@ -187,6 +216,7 @@ void WeightStore::load(const ProgressFn& progress)
                 wrote = true;
             }
             s.src = m_offload->data(s.name);
+            s.keep = nullptr; // the offload folder's mapping lives as long as the store
             s.srcDType = target;
         }
         if (wrote)
@@ -212,6 +242,16 @@ void readAhead(const uint8_t* p, uint64_t n)
     const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
     const uintptr_t begin = uintptr_t(p) & ~(page - 1);
     posix_madvise(reinterpret_cast<void*>(begin), size_t(uintptr_t(p) + n - begin), POSIX_MADV_WILLNEED);
+}
+// Unmaps [p, p + n) from this process (whole pages inside it); a read-only
+// file mapping faults them back in from the page cache when read again.
+void dropPages(const uint8_t* p, uint64_t n)
+{
+    const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+    const uintptr_t begin = (uintptr_t(p) + page - 1) & ~(page - 1);
+    const uintptr_t end = (uintptr_t(p) + n) & ~(page - 1);
+    if (end > begin)
+        madvise(reinterpret_cast<void*>(begin), size_t(end - begin), MADV_DONTNEED);
 }
 } // namespace
 
@@ -272,8 +312,9 @@ void WeightStore::fetchInto(Unit& u, bool ahead)
         }
         if (u.device->device.kind == Device::Gpu) {
             m_telemetry.addH2D(s.bytes);
+            // A link of the given rate: the copy itself took part of its time.
             if (u.device->simulated && m_options.simulatedPcieBytesPerSecond > 0)
-                pause(double(s.bytes) / m_options.simulatedPcieBytesPerSecond);
+                pause(double(s.bytes) / m_options.simulatedPcieBytesPerSecond - (m_telemetry.now() - t0));
         }
         m_telemetry.event({t0, m_telemetry.now(), copyKind, u.name, s.name, u.device->label(), s.bytes});
     }
@@ -383,12 +424,17 @@ void WeightStore::enter(const std::string& name)
     }
 }
 
-// Post-hook work: offloaded copies go away, resident weights stay.
+// Post-hook work: offloaded copies go away, resident weights stay. A disk
+// weight read in place leaves this process's page tables too (the page cache
+// keeps it, so the next step re-maps it without touching the drive): what
+// lives on disk never adds to the resident set beyond the unit computing now.
 void WeightStore::dropFetched(Unit& u)
 {
     for (size_t i = 0; i < u.fetched.size(); ++i) {
         if (u.held[i])
             m_telemetry.release(u.device->label(), u.held[i]);
+        else if (u.fetched[i].defined() && u.slots[i]->home.kind == Device::Disk && !u.slots[i]->resident.defined())
+            dropPages(u.slots[i]->src, uint64_t(u.fetched[i].nbytes()));
         u.held[i] = 0;
         u.fetched[i] = at::Tensor();
     }

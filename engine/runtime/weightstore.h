@@ -75,6 +75,7 @@ private:
         bool needsFetch = false; // some weight is not resident on `device`
     };
     bool readsInPlace(const Slot& s) const;
+    bool usesInPlace(const Slot& s) const; // a CPU-resident weight kept as a view of the mapping
     bool cpuIsFaster() const;
     void dropFetched(Unit& u);
     RtDevice& deviceFor(const Device& d);

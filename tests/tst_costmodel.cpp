@@ -71,16 +71,19 @@ private slots:
     void policiesOrderAsExpected();
     void cpuOnlyUsesRamBandwidth();
     void diskIsSlowest();
+    void diskFromWarmPageCache();
+    void cpuReadsDiskInPlace();
     void sharesSumToOneInDeviceOrder();
     void emptyPlacementIsZero();
     void gpuBeyondProfileCostsLikeLast();
-    void gpuWithoutProfileGpuIsInputError();
+    void gpuWithoutProfileGpuIsAssumed();
     void presetsResolve();
     void multiGpuPresetAndTimesAdd();
     void unknownPresetNamesIt();
     void jsonRoundTrip();
     void jsonErrors();
     void measuresThisMachinePlausibly();
+    void timesFileReads();
     void detectsMachineMemory();
 };
 
@@ -155,9 +158,11 @@ void TestCostModel::cpuOnlyUsesRamBandwidth()
 
 void TestCostModel::diskIsSlowest()
 {
+    // 63 GB on the host side of a 64 GB preset: the page cache cannot hold the
+    // disk part, so every token reads it from the drive (3 GB/s).
     const auto p = hardwarePreset("a100-80gb");
-    const uint64_t b = 3 * kGB;
-    Placement pl = {{Device::gpu(0), b}, {Device::cpu(), b}, {Device::disk(), b}};
+    const uint64_t b = 3 * kGB, onDisk = 60 * kGB;
+    Placement pl = {{Device::gpu(0), b}, {Device::cpu(), b}, {Device::disk(), onDisk}};
     for (auto policy : {ExecutionPolicy::AccelerateLike, ExecutionPolicy::Prefetch, ExecutionPolicy::ComputeWhereItLives}) {
         auto e = estimateDecode(pl, 0, p, policy);
         const double g = shareOf(e, Device::gpu(0))->seconds;
@@ -165,10 +170,49 @@ void TestCostModel::diskIsSlowest()
         const double d = shareOf(e, Device::disk())->seconds;
         QVERIFY(g < c);
         QVERIFY(c < d);
-        // Disk bytes pass through RAM: the drive read plus the RAM-resident cost.
-        QVERIFY(near(d, double(b) / 3e9 + c));
+        // Disk bytes pass through RAM: the drive read plus the RAM-resident
+        // cost of as many bytes (linear: 20x the CPU part's).
+        QVERIFY(near(d, double(onDisk) / 3e9 + c * 20));
         QCOMPARE(shareOf(e, Device::disk())->bottleneck, std::string("disk read"));
+        QVERIFY(e.assumptions.empty());
     }
+}
+
+void TestCostModel::diskFromWarmPageCache()
+{
+    // 6 GB on the host side of 64 GB: after the first token the page cache
+    // holds the disk part; copying it out costs a RAM copy (half the RAM read
+    // rate when the profile has no page-cache figure), not the drive.
+    auto p = hardwarePreset("a100-80gb");
+    const uint64_t b = 3 * kGB;
+    Placement pl = {{Device::gpu(0), b}, {Device::cpu(), b}, {Device::disk(), b}};
+    auto e = estimateDecode(pl, 0, p, ExecutionPolicy::AccelerateLike);
+    const double c = shareOf(e, Device::cpu())->seconds;
+    QVERIFY(near(shareOf(e, Device::disk())->seconds, 3e9 / 25e9 + c));
+    p.pageCacheReadBandwidth = 10e9;
+    e = estimateDecode(pl, 0, p, ExecutionPolicy::AccelerateLike);
+    QVERIFY(near(shareOf(e, Device::disk())->seconds, 3e9 / 10e9 + c));
+    QCOMPARE(shareOf(e, Device::disk())->bottleneck, std::string("page-cache read"));
+}
+
+void TestCostModel::cpuReadsDiskInPlace()
+{
+    // CPU only (T4 host: 50 GB/s RAM, 3 GB/s drive, 64 GB). Prefetch reads
+    // disk weights in place from the mapping: warm, a RAM read; cold, the
+    // drive's read overlapping compute. Accelerate-like copies them first.
+    auto p = hardwarePreset("t4");
+    p.gpus.clear();
+    p.pageCacheReadBandwidth = 20e9;
+    const Placement pl = {{Device::cpu(), kGB}, {Device::disk(), 2 * kGB}};
+    auto disk = [&](ExecutionPolicy policy) { return *shareOf(estimateDecode(pl, 0, p, policy), Device::disk()); };
+    QVERIFY(near(disk(ExecutionPolicy::Prefetch).seconds, 2e9 / 50e9));
+    QCOMPARE(disk(ExecutionPolicy::Prefetch).bottleneck, std::string("RAM read"));
+    QVERIFY(near(disk(ExecutionPolicy::AccelerateLike).seconds, 2e9 / 20e9 + 2e9 / 50e9));
+    p.ramBytes = 2 * kGB; // 3 GB do not fit: cold
+    QVERIFY(near(disk(ExecutionPolicy::Prefetch).seconds, 2e9 / 3e9));
+    QCOMPARE(disk(ExecutionPolicy::Prefetch).bottleneck, std::string("disk read"));
+    QVERIFY(near(disk(ExecutionPolicy::ComputeWhereItLives).seconds, 2e9 / 3e9));
+    QVERIFY(near(disk(ExecutionPolicy::AccelerateLike).seconds, 2e9 / 3e9 + 2e9 / 50e9));
 }
 
 void TestCostModel::sharesSumToOneInDeviceOrder()
@@ -205,15 +249,30 @@ void TestCostModel::gpuBeyondProfileCostsLikeLast()
 {
     auto e = estimateDecode({{Device::gpu(3), 2 * kGB}}, 0, hardwarePreset("l4"));
     QVERIFY(near(e.secondsPerToken, 2e9 / 300e9));
+    // ...and says so, naming the GPU it stood in for
+    QCOMPARE(e.assumptions.size(), size_t(1));
+    QVERIFY2(e.assumptions[0].find("GPU 3: not in the profile") == 0, e.assumptions[0].c_str());
+    QVERIFY2(e.assumptions[0].find("costed like GPU 0 (NVIDIA L4") != std::string::npos, e.assumptions[0].c_str());
 }
 
-void TestCostModel::gpuWithoutProfileGpuIsInputError()
+void TestCostModel::gpuWithoutProfileGpuIsAssumed()
 {
+    // Every plan gets a prediction: a map with GPUs on a machine without any
+    // is costed on a named, modest PCIe 4.0 card (500 GB/s, 24/12 GB/s copies).
     HardwareProfile p = hardwarePreset("t4");
     p.gpus.clear();
-    QVERIFY(errorOf([&] { estimateDecode({{Device::gpu(0), kGB}}, 0, p); }).contains("has no GPU"));
-    // ...but a CPU-only placement needs no GPU.
-    QVERIFY(errorOf([&] { estimateDecode({{Device::cpu(), kGB}}, 0, p); }).isEmpty());
+    p.name = "box";
+    CostEstimate e;
+    QVERIFY(errorOf([&] { e = estimateDecode({{Device::gpu(0), kGB}}, 0, p); }).isEmpty());
+    QVERIFY(near(e.secondsPerToken, 1e9 / 500e9));
+    QCOMPARE(e.assumptions.size(), size_t(1));
+    QVERIFY2(e.assumptions[0].find("GPU 0: the profile 'box' has no GPU; costed as an assumed PCIe 4.0 GPU") == 0,
+             e.assumptions[0].c_str());
+    // offloaded RAM weights cross its 12 GB/s pageable link under Accelerate's hooks
+    e = estimateDecode(split(kGB, kGB), 0, p, ExecutionPolicy::AccelerateLike);
+    QVERIFY(near(shareOf(e, Device::cpu())->seconds, 1e9 / 12e9 + 1e9 / 500e9));
+    // ...but a CPU-only placement assumes nothing.
+    QVERIFY(estimateDecode({{Device::cpu(), kGB}}, 0, p).assumptions.empty());
 }
 
 void TestCostModel::presetsResolve()
@@ -267,6 +326,8 @@ void TestCostModel::jsonRoundTrip()
         QCOMPARE(q.ramBandwidth, p.ramBandwidth);
         QCOMPARE(q.diskReadBandwidth, p.diskReadBandwidth);
         QCOMPARE(q.cpuFlops, p.cpuFlops);
+        QCOMPARE(q.sources, p.sources);
+        QVERIFY2(p.sources.find("datasheet") != std::string::npos, p.sources.c_str());
         QCOMPARE(q.gpus.size(), p.gpus.size());
         for (size_t i = 0; i < p.gpus.size(); ++i) {
             QCOMPARE(q.gpus[i].name, p.gpus[i].name);
@@ -353,11 +414,45 @@ void TestCostModel::measuresThisMachinePlausibly()
     QVERIFY(p.cpuFlops > 1e9);
     QVERIFY(p.cpuFlops < 1e15);
     QVERIFY(p.diskReadBandwidth > 0);
+    // Without a file to time the drive on, its figure is labelled an assumption.
+    QVERIFY2(p.sources.find("assumed: ") != std::string::npos &&
+                 p.sources.find("disk read 2 GB/s (NVMe datasheet)") != std::string::npos,
+             p.sources.c_str());
+    if (!kInstrumented) {
+        QVERIFY2(p.sources.find("measured here: RAM read, CPU FLOP/s, page-cache read") == 0, p.sources.c_str());
+        QVERIFY(p.pageCacheReadBandwidth > 1e8 && p.pageCacheReadBandwidth < 1e13);
+    }
     QVERIFY(p.name.find("GB RAM") != std::string::npos);
     for (const auto& g : p.gpus)
         QVERIFY(!g.name.empty() && g.memoryBytes > 0 && g.memoryBandwidth > 0);
     // The measured profile is usable by the model as is.
     QVERIFY(estimateDecode({{Device::cpu(), kGB}}, 2 * kGB, p).secondsPerToken > 0);
+}
+
+void TestCostModel::timesFileReads()
+{
+    // 8 MiB written here: read warm through the page cache; cold past it
+    // (O_DIRECT) where the file system allows, else 0. Plausibility only.
+    QTemporaryDir dir;
+    const std::string file = dir.filePath("sample.bin").toStdString();
+    {
+        QFile f(QString::fromStdString(file));
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        QByteArray chunk(1 << 20, 'x');
+        for (int i = 0; i < 8; ++i)
+            f.write(chunk);
+    }
+    const double warm = measureFileReadBandwidth(file, false);
+    QVERIFY2(warm > 1e7 && warm < 1e13, qPrintable(QString::number(warm)));
+    const double cold = measureFileReadBandwidth(file, true);
+    QVERIFY2(cold == 0 || (cold > 1e6 && cold < 1e13), qPrintable(QString::number(cold)));
+    QCOMPARE(measureFileReadBandwidth(file + ".missing", false), 0.0);
+    if (!kInstrumented && cold > 0) {
+        const auto p = measureThisMachine(file);
+        QVERIFY2(p.sources.find("disk read (O_DIRECT)") != std::string::npos, p.sources.c_str());
+        QVERIFY(p.diskReadBandwidth > 1e6);
+    }
+    qInfo("page cache %.2f GB/s, past it %.2f GB/s", warm / 1e9, cold / 1e9);
 }
 
 void TestCostModel::detectsMachineMemory()

@@ -56,6 +56,8 @@ nlohmann::ordered_json costJson(const CostEstimate& c, const HardwareProfile& hw
     for (const auto& d : c.devices)
         ds.push_back({{"device", d.device.name()}, {"weight_bytes", d.weightBytes}, {"seconds", d.seconds},
                       {"share", d.share}, {"bottleneck", d.bottleneck}});
+    if (!c.assumptions.empty())
+        j["assumed"] = c.assumptions; // devices the profile lacks, and what stood in for them
     return j;
 }
 
@@ -174,6 +176,9 @@ int planCommand(const std::vector<std::string>& argv)
         for (const auto& d : c.devices)
             std::printf(" %s %.0f%% (%s)", d.device.name().c_str(), 100.0 * d.share, d.bottleneck.c_str());
         std::printf("\n");
+        if (pol == ExecutionPolicy::ComputeWhereItLives) // the last: once per plan
+            for (const auto& assumed : c.assumptions)
+                std::printf("  assumed: %s\n", assumed.c_str());
     }
     return 0;
 }

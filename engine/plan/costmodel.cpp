@@ -51,6 +51,18 @@ double rate(double value, const std::string& what, const HardwareProfile& p)
 
 } // namespace
 
+GpuProfile assumedGpu()
+{
+    GpuProfile g;
+    g.name = "assumed PCIe 4.0 GPU (500 GB/s memory, 24 GB/s pinned copies)";
+    g.memoryBytes = 24ULL << 30;
+    g.memoryBandwidth = 500e9;
+    g.h2dPinned = 24e9;
+    g.h2dPageable = 12e9;
+    g.flops = 50e12;
+    return g;
+}
+
 bool ramLayerRunsOnCpu(const HardwareProfile& profile, const GpuProfile& gpu)
 {
     return 1.0 / profile.ramBandwidth < 1.0 / gpu.h2dPinned + 1.0 / gpu.memoryBandwidth;
@@ -73,11 +85,22 @@ CostEstimate estimateDecode(const std::vector<std::pair<Device, uint64_t>>& plac
     if (total == 0)
         return est;
 
+    const GpuProfile fallback = assumedGpu();
     auto gpuProfile = [&](int index) -> const GpuProfile& {
-        if (profile.gpus.empty())
-            throw InputError(profile.name, "the placement puts weights on GPU " + std::to_string(index) +
-                                               " but the hardware profile has no GPU");
-        return profile.gpus[std::min(static_cast<size_t>(std::max(index, 0)), profile.gpus.size() - 1)];
+        const std::string said = "GPU " + std::to_string(index) + ": ";
+        auto assume = [&](const std::string& text) {
+            if (std::find(est.assumptions.begin(), est.assumptions.end(), said + text) == est.assumptions.end())
+                est.assumptions.push_back(said + text);
+        };
+        if (profile.gpus.empty()) {
+            assume("the profile '" + profile.name + "' has no GPU; costed as an " + fallback.name);
+            return fallback;
+        }
+        const size_t i = std::min(static_cast<size_t>(std::max(index, 0)), profile.gpus.size() - 1);
+        if (static_cast<size_t>(std::max(index, 0)) != i)
+            assume("not in the profile '" + profile.name + "'; costed like GPU " + std::to_string(i) + " (" +
+                   profile.gpus[i].name + ")");
+        return profile.gpus[i];
     };
     // Like Accelerate, the first GPU of the map is the execution device: the
     // one offloaded layers are copied to and run on.
@@ -108,6 +131,23 @@ CostEstimate estimateDecode(const std::vector<std::pair<Device, uint64_t>>& plac
         return overlap({copy, gpuCompute(g, bytes, flops)});
     };
 
+    // Weights on disk (header comment): from the page cache when the RAM and
+    // disk parts fit in RAM together, else from the drive each token.
+    uint64_t hostBytes = 0;
+    for (const auto& [device, bytes] : bytesOn)
+        if (device.kind != Device::Gpu)
+            hostBytes += bytes;
+    const bool warm = profile.ramBytes > 0 && double(hostBytes) <= 0.8 * double(profile.ramBytes);
+    auto diskResident = [&](double bytes, double flops) -> Cost {
+        const Cost drive{bytes / rate(profile.diskReadBandwidth, "disk read bandwidth", profile), "disk read"};
+        const double cacheRate = profile.pageCacheReadBandwidth > 0 ? profile.pageCacheReadBandwidth
+                                                                    : rate(profile.ramBandwidth, "RAM bandwidth", profile) / 2;
+        const Cost cached{bytes / cacheRate, "page-cache read"};
+        if (!execGpu && policy != ExecutionPolicy::AccelerateLike) // in place from the mapping
+            return warm ? cpuCompute(bytes, flops) : overlap({drive, cpuCompute(bytes, flops)});
+        return then(warm ? cached : drive, ramResident(bytes, flops)); // copied out, then as RAM-resident
+    };
+
     for (const auto& [device, bytes] : bytesOn) {
         const double b = static_cast<double>(bytes);
         // Compute splits like the bytes: FLOPs per weight are about uniform.
@@ -124,11 +164,7 @@ CostEstimate estimateDecode(const std::vector<std::pair<Device, uint64_t>>& plac
             c = ramResident(b, flops);
             break;
         case Device::Disk:
-            // Offloaded to disk: read from the drive into RAM each step, then
-            // on as RAM-resident weights. The page cache is ignored, because
-            // a model offloaded to disk is one that does not fit in RAM.
-            c = then({b / rate(profile.diskReadBandwidth, "disk read bandwidth", profile), "disk read"},
-                     ramResident(b, flops));
+            c = diskResident(b, flops);
             break;
         }
         DeviceShare share;

@@ -5,6 +5,8 @@
 #include "stowage/error.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <sched.h>
 
 #include <algorithm>
@@ -118,6 +120,45 @@ double measureRamBandwidth()
         const double s = secondsSince(t0);
         if (s > 0)
             best = std::max(best, static_cast<double>(words * sizeof(uint64_t)) / s);
+    }
+    return best;
+}
+
+// A copy into freshly allocated memory, all cores: what reading a file the
+// page cache holds into a new tensor costs (Accelerate's offload path, or the
+// runtime converting a weight): read + write + first-touch faults of the
+// destination. 128 MiB, best of 3.
+double measureCopyBandwidth()
+{
+    const size_t size = 128ULL << 20;
+    std::unique_ptr<uint8_t[]> src(new (std::nothrow) uint8_t[size]);
+    if (!src)
+        return 0;
+    const unsigned threads = std::min<unsigned>(usableCpus(), 64);
+    const size_t slice = size / threads;
+    auto range = [&](unsigned t) {
+        return std::pair<size_t, size_t>(t * slice, t + 1 == threads ? size : (t + 1) * slice);
+    };
+    parallel(threads, [&](unsigned t) {
+        auto [b, e] = range(t);
+        std::memset(src.get() + b, int(t + 1), e - b);
+    });
+    double best = 0;
+    for (int pass = 0; pass < 3; ++pass) {
+        const auto t0 = Clock::now();
+        std::unique_ptr<uint8_t[]> dst(new (std::nothrow) uint8_t[size]);
+        if (!dst)
+            return 0;
+        parallel(threads, [&](unsigned t) {
+            auto [b, e] = range(t);
+            std::memcpy(dst.get() + b, src.get() + b, e - b);
+        });
+        volatile uint8_t keep = dst[size / 2];
+        (void)keep;
+        dst.reset(); // the free is part of the cost, as for a released weight
+        const double sec = secondsSince(t0);
+        if (sec > 0)
+            best = std::max(best, static_cast<double>(size) / sec);
     }
     return best;
 }
@@ -371,7 +412,42 @@ constexpr bool kInstrumentedBuild = false;
 constexpr bool kInstrumentedBuild = false;
 #endif
 
-HardwareProfile measureThisMachine()
+double measureFileReadBandwidth(const std::string& path, bool cold, uint64_t maxBytes)
+{
+    const size_t block = 4ULL << 20;
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (cold ? O_DIRECT : 0));
+    if (fd < 0)
+        return 0;
+    void* raw = nullptr;
+    if (posix_memalign(&raw, 4096, block) != 0) {
+        ::close(fd);
+        return 0;
+    }
+    std::unique_ptr<void, decltype(&std::free)> buffer(raw, &std::free);
+    auto pass = [&]() -> double {
+        uint64_t total = 0;
+        const auto t0 = Clock::now();
+        while (total < maxBytes) {
+            const ssize_t n = ::pread(fd, buffer.get(), block, static_cast<off_t>(total));
+            if (n <= 0)
+                break;
+            total += static_cast<uint64_t>(n);
+        }
+        const double sec = secondsSince(t0);
+        return total >= (1ULL << 20) && sec > 0 ? static_cast<double>(total) / sec : 0;
+    };
+    double rate = 0;
+    if (cold) {
+        rate = pass(); // O_DIRECT: every pass reads the drive
+    } else {
+        pass(); // fills the page cache
+        rate = std::max(pass(), pass());
+    }
+    ::close(fd);
+    return rate;
+}
+
+HardwareProfile measureThisMachine(const std::string& diskSample)
 {
     HardwareProfile p;
     p.simulated = false;
@@ -380,19 +456,38 @@ HardwareProfile measureThisMachine()
     // nothing can be measured honestly.
     p.ramBandwidth = 20e9;
     p.cpuFlops = 100e9;
+    std::string measured, assumed;
+    auto note = [](std::string& list, const std::string& what) { list += (list.empty() ? "" : ", ") + what; };
     if (!kInstrumentedBuild) {
         const double ram = measureRamBandwidth(); // 0: could not allocate the buffer
         if (ram > 0)
             p.ramBandwidth = ram;
         p.cpuFlops = measureCpuFlops();
         p.measured = ram > 0;
+        p.pageCacheReadBandwidth = measureCopyBandwidth();
+        note(p.measured ? measured : assumed, "RAM read");
+        note(measured, "CPU FLOP/s");
+        note(p.pageCacheReadBandwidth > 0 ? measured : assumed, "page-cache read (as a RAM copy)");
+    } else {
+        note(assumed, "RAM read, CPU FLOP/s, page-cache read (instrumented build)");
     }
-    // Not measured: a read test needs a cold file bigger than the page cache
-    // holds, i.e. writing gigabytes. A mid-range NVMe drive's sequential read
-    // is a conservative default (SATA SSDs are slower; edit the profile).
+    // A mid-range NVMe drive's sequential read is the default (SATA SSDs are
+    // slower; edit the profile) unless a file on the drive can be timed past
+    // the page cache.
     p.diskReadBandwidth = 2e9;
+    const double disk = diskSample.empty() || kInstrumentedBuild ? 0 : measureFileReadBandwidth(diskSample, true);
+    if (disk > 0) {
+        p.diskReadBandwidth = disk;
+        note(measured, "disk read (O_DIRECT)");
+    } else {
+        note(assumed, "disk read 2 GB/s (NVMe datasheet)");
+    }
+    p.sources = "measured here: " + (measured.empty() ? std::string("nothing") : measured) +
+                (assumed.empty() ? std::string() : "; assumed: " + assumed);
     for (const NvmlGpu& nv : queryNvml())
         p.gpus.push_back(gpuFromNvml(nv));
+    if (!p.gpus.empty())
+        p.sources += "; GPUs: memory from the driver, bandwidths and FLOP/s from the datasheet for their names";
 
     std::string gpuPart;
     for (size_t i = 0; i < p.gpus.size();) {

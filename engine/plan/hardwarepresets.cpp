@@ -116,6 +116,7 @@ HardwareProfile hardwarePreset(const std::string& raw)
     p.diskReadBandwidth = 3e9;
     p.cpuFlops = 1e12;
     p.simulated = true;
+    p.sources = "datasheet: the GPU's; assumed: a typical host for it (64 GB, 50 GB/s RAM, 3 GB/s NVMe, 1 TFLOP/s)";
     p.name = (count > 1 ? std::to_string(count) + "x " : std::string()) + it->name + " + 64 GB RAM";
     return p;
 }
@@ -131,6 +132,10 @@ std::string profileToJson(const HardwareProfile& p)
     j["ramBandwidth"] = p.ramBandwidth;
     j["diskReadBandwidth"] = p.diskReadBandwidth;
     j["cpuFlops"] = p.cpuFlops;
+    if (p.pageCacheReadBandwidth > 0)
+        j["pageCacheReadBandwidth"] = p.pageCacheReadBandwidth;
+    if (!p.sources.empty())
+        j["sources"] = p.sources;
     j["gpus"] = Json::array();
     for (const auto& g : p.gpus) {
         Json o;
@@ -225,13 +230,18 @@ HardwareProfile profileFromJson(const std::string& text, const std::string& path
         throw InputError(path, "not valid JSON: " + (cut == std::string::npos ? msg : msg.substr(cut + 2)));
     }
     const ObjectReader top(j, path, "",
-                           {"name", "simulated", "ramBytes", "ramBandwidth", "diskReadBandwidth", "cpuFlops", "gpus"});
+                           {"name", "simulated", "ramBytes", "ramBandwidth", "diskReadBandwidth", "cpuFlops", "gpus",
+                            "pageCacheReadBandwidth", "sources"});
     HardwareProfile p;
     p.name = top.text("name");
     p.ramBytes = top.bytes("ramBytes");
     p.ramBandwidth = top.positive("ramBandwidth");
     p.diskReadBandwidth = top.positive("diskReadBandwidth");
     p.cpuFlops = top.positive("cpuFlops");
+    if (j.contains("pageCacheReadBandwidth"))
+        p.pageCacheReadBandwidth = top.positive("pageCacheReadBandwidth");
+    if (j.contains("sources"))
+        p.sources = top.text("sources");
     // Optional: a profile a user wrote by hand describes some machine, but
     // not necessarily this one; absent means "not simulated", as measured.
     if (auto it = j.find("simulated"); it != j.end()) {

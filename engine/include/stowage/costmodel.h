@@ -21,14 +21,23 @@ struct DeviceShare {
     uint64_t weightBytes = 0; // weights resident there
     double seconds = 0;       // its part of one decode step
     double share = 0;         // seconds / total
-    std::string bottleneck;   // "HBM read", "PCIe pageable copy", "PCIe pinned copy", "disk read", "RAM read", "compute"
+    std::string bottleneck;   // "HBM read", "PCIe pageable copy", "PCIe pinned copy", "disk read", "page-cache read", "RAM read", "compute"
 };
 
 struct CostEstimate {
     double secondsPerToken = 0;
     double tokensPerSecond = 0;
     std::vector<DeviceShare> devices; // in device order, only devices holding weights
+    // Hardware the estimate had to assume because the profile lacks it, for
+    // people ("GPU 1: not in the profile; costed like GPU 0 (NVIDIA L4)").
+    // Empty when the profile covers every device of the placement.
+    std::vector<std::string> assumptions;
 };
+
+// What a GPU index costs when the profile has no GPU at all: a modest PCIe 4.0
+// card (500 GB/s memory, 24 GB/s pinned and 12 GB/s pageable copies, 50
+// TFLOP/s), named as the assumption it is.
+GpuProfile assumedGpu();
 
 // Compute-where-it-lives: a RAM-resident layer runs on the CPU when reading
 // it from RAM is quicker than copying it (pinned) to `gpu` and reading it
@@ -38,7 +47,16 @@ bool ramLayerRunsOnCpu(const HardwareProfile& profile, const GpuProfile& gpu);
 
 // `placement`: bytes of weights per device (as the planner reports them);
 // `flopsPerToken`: about 2 x parameters. Devices the profile lacks (a GPU
-// index beyond profile.gpus) are costed like the last GPU of the profile.
+// index beyond profile.gpus) are costed like the last GPU of the profile, or
+// as assumedGpu() when it has none; CostEstimate::assumptions says so.
+//
+// Disk-resident weights: when the checkpoint's RAM and disk parts together fit
+// in the profile's RAM, the page cache holds the disk part after the first
+// token and it is read at pageCacheReadBandwidth (a copy), else from the drive
+// at diskReadBandwidth. Computed on the CPU under Prefetch or
+// ComputeWhereItLives they are not copied at all but read in place from the
+// memory-mapped file (the runtime's weight store): then a warm page cache
+// costs a RAM read, and a drive's read overlaps the compute (read-ahead).
 CostEstimate estimateDecode(const std::vector<std::pair<Device, uint64_t>>& placement, uint64_t flopsPerToken,
                             const HardwareProfile& profile, ExecutionPolicy policy = ExecutionPolicy::AccelerateLike);
 

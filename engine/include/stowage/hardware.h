@@ -23,8 +23,14 @@ struct HardwareProfile {
     std::vector<GpuProfile> gpus;    // index = GPU index in the device map
     uint64_t ramBytes = 0;
     double ramBandwidth = 0;         // bytes/s
-    double diskReadBandwidth = 0;    // bytes/s
+    double diskReadBandwidth = 0;    // bytes/s from the drive (page cache cold)
     double cpuFlops = 0;             // FLOP/s
+    // bytes/s reading a file the page cache already holds (a copy out of the
+    // cache, as read() or Accelerate's offload does); 0: half of ramBandwidth.
+    double pageCacheReadBandwidth = 0;
+    // For people: which figures were measured here and which are datasheet or
+    // assumed values ("RAM read: measured; disk read: assumed NVMe datasheet").
+    std::string sources;
     bool simulated = false;          // true for presets: not this machine
     // measureThisMachine only: true when RAM bandwidth and CPU FLOP/s were
     // timed here. A sanitizer or unoptimised build times its own
@@ -40,7 +46,15 @@ struct HardwareProfile {
 std::vector<std::string> hardwarePresetNames();
 // Throws InputError for an unknown name. "NAME" or "NxNAME" (e.g. "2xrtx4090").
 HardwareProfile hardwarePreset(const std::string& name);
-HardwareProfile measureThisMachine();
+// `diskSample`: a file on the drive the weights live on (a checkpoint shard);
+// when given, up to 256 MiB of it are read past the page cache (O_DIRECT) to
+// time the drive. Without one, or where the file system refuses O_DIRECT, the
+// disk figure is a labelled assumption (see HardwareProfile::sources).
+HardwareProfile measureThisMachine(const std::string& diskSample = {});
+// Sequential read of up to `maxBytes` of `path`: past the page cache
+// (O_DIRECT, cold) or through it (warm: the file's pages are read into the
+// cache first). Bytes/s; 0 when the file cannot be read that way.
+double measureFileReadBandwidth(const std::string& path, bool cold, uint64_t maxBytes = 256ULL << 20);
 
 // What is free right now, for planning when the user gives no budgets: GPU
 // free memory by CUDA index (NVML; empty without a driver) and RAM as

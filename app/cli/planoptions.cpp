@@ -30,7 +30,6 @@ Budgets parseMaxMemory(const Args& a)
     return b;
 }
 
-
 std::optional<KvReserve> parseKv(const Args& a, const Checkpoint& ck, const ModuleTree& tree)
 {
     auto v = a.value("--kv-cache");

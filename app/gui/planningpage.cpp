@@ -14,6 +14,8 @@
 #include "snippets.h"
 #include "stowage/kvcache.h"
 
+#include <algorithm>
+
 #include <QComboBox>
 #include <QGroupBox>
 #include <QHBoxLayout>
@@ -266,17 +268,14 @@ void PlanningPage::applyPlan(Plan plan)
     m_treeModel->setDevices(devices);
     PlacementLayout layout = layoutPlacement(*m_tree, devices);
 
-    // The KV-cache part of each device's reserve: its layers' caches plus the activation room.
-    QHash<int, quint64> kvPer;
-    if (m_kv) {
-        for (const PlacementBlock& b : layout.blocks)
-            if (b.deviceCode >= 0 && m_tree->modules()[static_cast<size_t>(b.module)].className == m_kv->layerClass)
-                kvPer[b.deviceCode] += m_kv->bytesPerLayer;
+    // The plan reports its layers' KV caches per device (DeviceTotal::reservedKv); the
+    // room for the largest activation it took off each budget is drawn with them.
+    QHash<int, quint64> activationPer;
+    if (m_kv)
         for (const DeviceTotal& t : shared->devices)
             if (t.device.kind != Device::Disk && t.used > 0)
-                kvPer[deviceCode(t.device)] += m_kv->activationBytes;
-    }
-    m_budgets->setPlanTotals(*shared, kvPer);
+                activationPer[deviceCode(t.device)] = m_kv->activationBytes;
+    m_budgets->setPlanTotals(*shared, activationPer);
 
     // Per-device totals, in device order, with the block counts the strip shows.
     QHash<int, int> blocks;
@@ -343,17 +342,12 @@ bool PlanningPage::importMap(const QString& json, const QString& source)
     for (const auto& [d, u] : used)
         plan.devices.push_back({d, -1, u, 0});
 
-    // Problems by module: the longest map key quoted in the message.
+    // Problems by module: the map key each one is about (validateDeviceMap names it).
     QHash<QString, QString> byKey;
     m_problems->clear();
-    auto addProblem = [&](const std::string& msg, bool error) {
-        QString key;
-        for (const auto& [k, d] : map) {
-            const QString qk = QString::fromStdString(k);
-            if (!qk.isEmpty() && qk.size() > key.size() &&
-                (msg.find("'" + k + "'") != std::string::npos || msg.find("\"" + k + "\"") != std::string::npos))
-                key = qk;
-        }
+    auto addProblem = [&](const std::string& msg, const std::string& subject, bool error) {
+        const bool isKey = std::any_of(map.begin(), map.end(), [&](const auto& e) { return e.first == subject; });
+        const QString key = isKey ? QString::fromStdString(subject) : QString();
         const QString text = QString::fromStdString(msg);
         if (!key.isEmpty())
             byKey.insert(key, text);
@@ -363,10 +357,10 @@ bool PlanningPage::importMap(const QString& json, const QString& source)
         item->setForeground(error ? QColor(0xc03030) : QColor(0xb07000));
         m_problems->addItem(item);
     };
-    for (const auto& e : check.errors)
-        addProblem(e, true);
-    for (const auto& w : check.warnings)
-        addProblem(w, false);
+    for (size_t i = 0; i < check.errors.size(); ++i)
+        addProblem(check.errors[i], check.errorSubjects[i], true);
+    for (size_t i = 0; i < check.warnings.size(); ++i)
+        addProblem(check.warnings[i], check.warningSubjects[i], false);
 
     m_importedFrom = source;
     applyPlan(std::move(plan));

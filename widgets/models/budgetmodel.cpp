@@ -115,17 +115,18 @@ QString BudgetModel::setBudgetText(int row, const QString& text)
     return {};
 }
 
-void BudgetModel::setPlanTotals(const Plan& plan, const QHash<int, quint64>& kvPerDevice)
+void BudgetModel::setPlanTotals(const Plan& plan, const QHash<int, quint64>& extraKvPerDevice)
 {
     for (int r = 0; r < m_rows.size(); ++r) {
         BudgetDevice& d = m_rows[r];
-        quint64 used = 0, reserved = 0;
+        quint64 used = 0, reserved = 0, planKv = 0;
         for (const DeviceTotal& t : plan.devices)
             if (t.device == d.device) {
                 used = t.used;
                 reserved = t.reserved;
+                planKv = t.reservedKv;
             }
-        const quint64 kv = std::min(reserved, kvPerDevice.value(deviceCode(d.device)));
+        const quint64 kv = std::min(reserved, planKv + extraKvPerDevice.value(deviceCode(d.device)));
         if (used == d.used && reserved == d.reserved && kv == d.kvReserved)
             continue;
         d.used = used;

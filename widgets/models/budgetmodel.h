@@ -62,9 +62,10 @@ public:
     // Parses an Accelerate size string ("8GiB", "500MB", "1Gb", bytes);
     // returns the parser's message and changes nothing when it does not parse.
     QString setBudgetText(int row, const QString& text);
-    // Takes used/reserved per device from a plan; `kvPerDevice` is the KV-cache
-    // share of each device's reserve (device code -> bytes), may be empty.
-    void setPlanTotals(const Plan& plan, const QHash<int, quint64>& kvPerDevice = {});
+    // Takes used/reserved and the KV-cache part of the reserve per device from
+    // a plan; `extraKvPerDevice` (device code -> bytes, may be empty) adds what
+    // the plan keeps outside its totals, the room for the largest activation.
+    void setPlanTotals(const Plan& plan, const QHash<int, quint64>& extraKvPerDevice = {});
 
     const BudgetDevice& at(int row) const { return m_rows[row]; }
     int rowOf(const Device& d) const; // -1 when absent

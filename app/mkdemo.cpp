@@ -1,5 +1,7 @@
-// Writes the tiny demo checkpoint the build ships until a trained one exists:
-// a GPT-2-shaped model in the exact Hugging Face layout, seeded random weights.
+// Writes a GPT-2-shaped checkpoint with seeded random weights in the exact
+// Hugging Face layout, for checks on machines without the test fixtures (a GPU
+// box: tests/gpu/device_check.sh); the demo the app ships is resources/demo.
+#include "stowage/families.h"
 #include "stowage/safetensorswriter.h"
 
 #include <cstdio>
@@ -14,16 +16,22 @@ using namespace stowage;
 
 namespace {
 
-TensorBlob randomTensor(const std::string& name, std::vector<int64_t> shape, std::mt19937& rng, float std, float mean = 0)
+// Norm weights 1, biases 0, everything else N(0, 0.02), as GPT-2 initialises.
+TensorBlob randomTensor(const SavedTensor& spec, std::mt19937& rng)
 {
-    TensorBlob t{name, DType::F32, shape, {}};
+    auto endsWith = [&](const char* suffix) {
+        const std::string sfx = suffix;
+        return spec.name.size() >= sfx.size() && spec.name.compare(spec.name.size() - sfx.size(), sfx.size(), sfx) == 0;
+    };
+    const bool bias = endsWith(".bias"), norm = !bias && spec.shape.size() == 1;
+    TensorBlob t{spec.name, DType::F32, spec.shape, {}};
     size_t n = 1;
-    for (auto d : shape)
+    for (auto d : spec.shape)
         n *= static_cast<size_t>(d);
-    std::normal_distribution<float> dist(mean, std);
+    std::normal_distribution<float> dist(0.0f, 0.02f);
     t.bytes.resize(n * 4);
     for (size_t i = 0; i < n; ++i) {
-        float v = std > 0 ? dist(rng) : mean;
+        float v = bias ? 0.0f : norm ? 1.0f : dist(rng);
         std::memcpy(t.bytes.data() + i * 4, &v, 4);
     }
     return t;
@@ -100,35 +108,13 @@ int main(int argc, char** argv)
         std::fprintf(stderr, "stowage-mkdemo: LAYERS >= 1, EMBD a multiple of 4, VOCAB >= 2\n");
         return 2;
     }
-    std::mt19937 rng(1234);
-    std::vector<TensorBlob> ts;
-    ts.push_back(randomTensor("transformer.wte.weight", {vocab, embd}, rng, 0.02f));
-    ts.push_back(randomTensor("transformer.wpe.weight", {pos, embd}, rng, 0.01f));
-    for (int64_t i = 0; i < layers; ++i) {
-        std::string p = "transformer.h." + std::to_string(i) + ".";
-        ts.push_back(randomTensor(p + "ln_1.weight", {embd}, rng, 0, 1));
-        ts.push_back(randomTensor(p + "ln_1.bias", {embd}, rng, 0));
-        ts.push_back(randomTensor(p + "attn.c_attn.weight", {embd, 3 * embd}, rng, 0.02f));
-        ts.push_back(randomTensor(p + "attn.c_attn.bias", {3 * embd}, rng, 0));
-        ts.push_back(randomTensor(p + "attn.c_proj.weight", {embd, embd}, rng, 0.02f));
-        ts.push_back(randomTensor(p + "attn.c_proj.bias", {embd}, rng, 0));
-        ts.push_back(randomTensor(p + "ln_2.weight", {embd}, rng, 0, 1));
-        ts.push_back(randomTensor(p + "ln_2.bias", {embd}, rng, 0));
-        ts.push_back(randomTensor(p + "mlp.c_fc.weight", {embd, 4 * embd}, rng, 0.02f));
-        ts.push_back(randomTensor(p + "mlp.c_fc.bias", {4 * embd}, rng, 0));
-        ts.push_back(randomTensor(p + "mlp.c_proj.weight", {4 * embd, embd}, rng, 0.02f));
-        ts.push_back(randomTensor(p + "mlp.c_proj.bias", {embd}, rng, 0));
-    }
-    ts.push_back(randomTensor("transformer.ln_f.weight", {embd}, rng, 0, 1));
-    ts.push_back(randomTensor("transformer.ln_f.bias", {embd}, rng, 0));
-    writeSafetensors((dir / "model.safetensors").string(), ts, {{"format", "pt"}});
-    std::ofstream(dir / "config.json") << R"({
+    const std::string config = R"({
   "architectures": ["GPT2LMHeadModel"],
   "model_type": "gpt2",
-  "vocab_size": )" << vocab << R"(,
-  "n_positions": 128,
-  "n_embd": )" << embd << R"(,
-  "n_layer": )" << layers << R"(,
+  "vocab_size": )" + std::to_string(vocab) + R"(,
+  "n_positions": )" + std::to_string(pos) + R"(,
+  "n_embd": )" + std::to_string(embd) + R"(,
+  "n_layer": )" + std::to_string(layers) + R"(,
   "n_head": 4,
   "activation_function": "gelu_new",
   "layer_norm_epsilon": 1e-05,
@@ -138,6 +124,13 @@ int main(int argc, char** argv)
   "torch_dtype": "float32"
 }
 )";
+    std::ofstream(dir / "config.json") << config;
+    // The tensors are the ones the engine's GPT-2 skeleton expects: one statement of the layout.
+    std::mt19937 rng(1234);
+    std::vector<TensorBlob> ts;
+    for (const SavedTensor& spec : savedTensors(ModelConfig::parse(config, (dir / "config.json").string()), DType::F32))
+        ts.push_back(randomTensor(spec, rng));
+    writeSafetensors((dir / "model.safetensors").string(), ts, {{"format", "pt"}});
     std::ofstream(dir / "generation_config.json") << "{\n  \"bos_token_id\": 256,\n  \"eos_token_id\": 256\n}\n";
     writeTokenizer(dir);
     return 0;

@@ -6,6 +6,7 @@
 // (engine/runtime/families/) is registered once under the same family name.
 // Everything that needs to know families asks here.
 #include "stowage/config.h"
+#include "stowage/dtype.h"
 
 #include <cstdint>
 #include <optional>
@@ -28,5 +29,17 @@ struct AttentionShape {
 };
 // nullopt for a model_type no family knows.
 std::optional<AttentionShape> attentionShape(const ModelConfig& config);
+
+// A tensor that save_pretrained writes.
+struct SavedTensor {
+    std::string name;
+    std::vector<int64_t> shape;
+    DType dtype = DType::F32;
+};
+// What a Hugging Face save of a model with this config holds, from the
+// family's skeleton (the one statement of each family's tensor layout):
+// every parameter except tied duplicates, and the persistent buffers, in
+// definition order. Empty for a model_type no family knows.
+std::vector<SavedTensor> savedTensors(const ModelConfig& config, DType dtype);
 
 } // namespace stowage

@@ -36,6 +36,21 @@ std::optional<AttentionShape> attentionShape(const ModelConfig& config)
     return std::nullopt;
 }
 
+std::vector<SavedTensor> savedTensors(const ModelConfig& config, DType dtype)
+{
+    std::vector<SavedTensor> out;
+    const auto skel = arch::buildSkeleton(config, dtype, 0);
+    if (!skel)
+        return out;
+    for (const Param& p : skel->tree.params())
+        if (!p.duplicate)
+            out.push_back({p.name, p.shape, dtypeIsFloating(p.stored) ? dtype : p.stored});
+    for (const Buffer& b : skel->tree.buffers())
+        if (b.persistent)
+            out.push_back({b.name, b.shape, dtypeIsFloating(b.dtype) ? dtype : b.dtype});
+    return out;
+}
+
 } // namespace stowage
 
 namespace stowage::arch {

@@ -39,7 +39,7 @@ void TestBudgetBars::dragOver405bKeepsUpWithTheMouse()
     fixtures::writeSharded(dir, fixtures::llamaTensors(s, DType::BF16), 191, true, /*writeShards=*/false);
     fixtures::writeJson(dir + "/config.json", fixtures::llamaConfig(s, DType::BF16));
 
-    MainWindow w(MainWindow::Options{false, false, {}});
+    MainWindow w(MainWindow::Options{false, false, {}, false});
     w.resize(1600, 1000);
     w.show();
     QSignalSpy opened(&w, &MainWindow::checkpointOpened);

@@ -38,6 +38,7 @@
 #include <QtTest>
 
 #include <filesystem>
+#include <set>
 
 using namespace stowage;
 
@@ -46,7 +47,7 @@ constexpr quint64 MiB = 1ull << 20;
 
 QString shotDir() { return QString::fromLocal8Bit(qgetenv("STOWAGE_SCREENSHOT_DIR")); }
 
-MainWindow::Options fixedMachine() { return {false, false, {}}; }
+MainWindow::Options fixedMachine() { return {false, false, {}, false}; }
 } // namespace
 
 class TestGui : public QObject {
@@ -68,6 +69,7 @@ private slots:
     void predictionNamesAssumedHardware();
     void hubCacheDialogListsAndOpens();
     void screenshotShowsBarsMapAndTotals();
+    void demoOpensOnItsOwnBudgetsAndGivesThemBack();
 
 private:
     void open(MainWindow& w);
@@ -453,6 +455,44 @@ void TestGui::screenshotShowsBarsMapAndTotals()
     p.start(QStringLiteral(STOWAGE_GUI), {"--screenshot", png, QString::fromStdString(m_dir), "--strategy", "fastest"});
     QVERIFY(p.waitForFinished(60000));
     QCOMPARE(p.exitCode(), 2);
+}
+
+// Help -> Open the Demo Model: the demo's budgets put it on a simulated GPU,
+// in RAM and on disk, say so above the bars, and give way to the user's own
+// budgets when another model opens.
+void TestGui::demoOpensOnItsOwnBudgetsAndGivesThemBack()
+{
+    MainWindow::Options o = fixedMachine();
+    o.demoBudgets = true;
+    MainWindow w(o);
+    w.resize(1400, 900);
+    w.show();
+    BudgetModel* m = w.budgetModel();
+    m->setBudget(m->rowOf(Device::cpu()), 3'000'000'000);
+    QCOMPARE(m->gpuCount(), 0);
+
+    QSignalSpy opened(&w, &MainWindow::checkpointOpened);
+    QAction* demo = w.action("openDemo");
+    QVERIFY(demo);
+    demo->trigger();
+    QTRY_VERIFY_WITH_TIMEOUT(opened.count() == 1, 10000);
+    QVERIFY2(opened[0][0].toBool(), qPrintable(opened[0][1].toString()));
+    QVERIFY(w.summary().contains("llama"));
+    QCOMPARE(m->gpuCount(), 1);
+    QVERIFY(m->at(m->rowOf(Device::gpu(0))).simulated);
+    QVERIFY(w.planningPage()->budgetNote().startsWith("Demo budgets"));
+    // All three kinds of memory hold part of the demo.
+    std::set<Device::Kind> kinds;
+    for (const auto& [module, device] : w.planningPage()->plan()->deviceMap)
+        kinds.insert(device.kind);
+    QCOMPARE(kinds, (std::set<Device::Kind>{Device::Gpu, Device::Cpu, Device::Disk}));
+    expectPlanMatchesEngine(w);
+
+    // Another model: the user's budgets are back, the note gone.
+    open(w);
+    QCOMPARE(m->gpuCount(), 0);
+    QCOMPARE(m->at(m->rowOf(Device::cpu())).budget, quint64(3'000'000'000));
+    QVERIFY(w.planningPage()->budgetNote().isEmpty());
 }
 
 QTEST_MAIN(TestGui)

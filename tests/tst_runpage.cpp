@@ -8,6 +8,7 @@
 // generates are printed (the figure is the deliverable; the assertion is a
 // hang guard only).
 #include "budgetmodel.h"
+#include "display.h"
 #include "fixtures.h"
 #include "mainwindow.h"
 #include "placementmap.h"
@@ -25,6 +26,7 @@
 #include <QPushButton>
 #include <QSignalSpy>
 #include <QTabWidget>
+#include <QSet>
 #include <QtTest>
 
 #include <algorithm>
@@ -43,6 +45,7 @@ MainWindow::Options options()
     o.probeMachine = false;
     o.restoreSettings = false;
     o.workerProgram = QStringLiteral(STOWAGE_CLI);
+    o.demoBudgets = false; // each test sets the budgets it runs under
     return o;
 }
 
@@ -365,8 +368,12 @@ void TestRunPage::killedWorkerIsReportedAndNewRunWorks()
 
 void TestRunPage::teachingModeStepsOneToken()
 {
-    MainWindow w(options());
+    // On the demo's own budgets: a simulated GPU, RAM and disk, so weights move.
+    MainWindow::Options o = options();
+    o.demoBudgets = true;
+    MainWindow w(o);
     QVERIFY(open(w, m_demo));
+    QCOMPARE(w.budgetModel()->gpuCount(), 1);
     RunPage* run = w.runPage();
     QVERIFY(dispatchAndWait(run));
     // The reference: two greedy tokens in one go.
@@ -378,6 +385,19 @@ void TestRunPage::teachingModeStepsOneToken()
     QVector<int> stepped;
     QStringList captions;
     connect(run->traceModel(), &TraceModel::stepsChanged, run, [&] { captions << run->captionText(); });
+    // What the map shows, sampled as the user would see it: the devices it drew weights moving to.
+    QSet<int> movedTo;
+    QTimer sampler;
+    connect(&sampler, &QTimer::timeout, run, [&] {
+        if (run->teachingMap()->movement().module >= 0) {
+            if (movedTo.isEmpty() && !shotDir().isEmpty())
+                w.grab().save(shotDir() + "/teaching.png");
+            movedTo << run->teachingMap()->movement().toDeviceCode;
+        }
+        if (!captions.contains(run->captionText()))
+            captions << run->captionText();
+    });
+    sampler.start(2);
     QSignalSpy modules(run->teachingMap(), &PlacementMap::moduleActivated);
     for (int i = 0; i < 2; ++i) {
         QSignalSpy done(run, &RunPage::generationDone);
@@ -390,6 +410,9 @@ void TestRunPage::teachingModeStepsOneToken()
     }
     QCOMPARE(stepped, expected);
     QVERIFY(run->captionText().contains("Compute") || run->captionText().contains("Release"));
+    // Layers in RAM and on disk are copied to the simulated GPU that computes them.
+    QVERIFY2(movedTo.contains(deviceCode(Device::gpu(0))), qPrintable(captions.join('\n')));
+    QVERIFY(captions.join('\n').contains("Copy to GPU 0"));
 }
 
 void TestRunPage::stallFigureDuringDispatchAndGeneration()

@@ -3,8 +3,6 @@
 
 #include <QApplication>
 #include <QCommandLineParser>
-#include <QDir>
-#include <QFileInfo>
 #include <QSettings>
 
 #include <cstdio>
@@ -35,12 +33,12 @@ int main(int argc, char** argv)
     // A screenshot shows what the command line asks for, not this user's saved budgets.
     stowage::MainWindow::Options options;
     options.restoreSettings = !screenshot;
+    // Budgets given on the command line win over the demo's own.
+    options.demoBudgets = !parser.isSet("max-memory") && !parser.isSet("hardware");
     stowage::MainWindow w(options);
     QString path = parser.positionalArguments().value(0);
-    if (path.isEmpty()) {
-        QString installed = QDir(QCoreApplication::applicationDirPath()).filePath("../share/stowage/demo");
-        path = QFileInfo::exists(installed + "/config.json") ? installed : QStringLiteral(STOWAGE_BUILD_DEMO_DIR);
-    }
+    if (path.isEmpty())
+        path = stowage::MainWindow::demoPath();
     if (const QString problem = stowage::applyPlanOptions(w, parser); !problem.isEmpty()) {
         std::fprintf(stderr, "stowage: %s\n", qPrintable(problem));
         return 2;

@@ -22,12 +22,14 @@
 #include <QCloseEvent>
 #include <QDir>
 #include <QFileDialog>
+#include <QFileInfo>
 #include <QFutureWatcher>
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QInputDialog>
 #include <QLabel>
 #include <QMenuBar>
+#include <QMessageBox>
 #include <QMimeData>
 #include <QScrollArea>
 #include <QSettings>
@@ -43,6 +45,11 @@
 #include <QtConcurrent/QtConcurrentRun>
 
 namespace stowage {
+
+namespace {
+// The demo's own budgets (applyDemoBudgets).
+constexpr quint64 kDemoGpuCapacity = 8ull << 20, kDemoGpuBudget = 4ull << 20, kDemoRamBudget = 3ull << 20;
+} // namespace
 
 struct MainWindow::Opened {
     QString path;
@@ -183,6 +190,8 @@ void MainWindow::buildMenus()
         sim->addAction(a);
     add(devices, "resetBudgets", tr("&Reset Budgets to This Machine"), {}, [this] {
         QSettings().remove("budgets");
+        m_budgetsBeforeDemo.reset();
+        m_page->setBudgetNote({});
         probeMachine();
     });
 
@@ -213,6 +222,15 @@ void MainWindow::buildMenus()
             applyTheme(theme);
         });
     }
+    QMenu* help = menuBar()->addMenu(tr("&Help"));
+    add(help, "openDemo", tr("Open the &Demo Model"), {}, [this] { openCheckpoint(demoPath()); });
+    add(help, "about", tr("&About Stowage"), {}, [this] {
+        QMessageBox::about(this, tr("About Stowage"),
+                           tr("<b>Stowage %1</b><p>Plans and runs large language models split across GPUs, RAM and "
+                              "disk, as transformers' <code>device_map</code> would place them.</p>"
+                              "<p>The demo model is a small Llama trained on the King James Bible (public domain).</p>")
+                               .arg(QApplication::applicationVersion()));
+    });
     rebuildRecentMenu();
 }
 
@@ -299,21 +317,47 @@ void MainWindow::probeMachine()
     watcher->setFuture(QtConcurrent::run([] { return measureThisMachine(); }));
 }
 
-void MainWindow::restoreBudgets()
+MainWindow::BudgetState MainWindow::budgetState() const
 {
-    QSettings s;
+    BudgetState state;
+    const BudgetModel* m = budgetModel();
+    for (int r = 0; r < m->rowCount(); ++r) {
+        const BudgetDevice& d = m->at(r);
+        if (d.simulated)
+            state.simulated << QStringLiteral("%1|%2|%3").arg(d.preset, d.hardware).arg(d.capacity);
+        state.budgets.insert(QString::fromStdString(d.device.name()), d.budget);
+    }
+    return state;
+}
+
+void MainWindow::setBudgetState(const BudgetState& state)
+{
     BudgetModel* m = budgetModel();
-    const QStringList sims = s.value("budgets/simulated").toStringList();
-    for (const QString& spec : sims) {
+    for (int r = m->rowCount() - 1; r >= 0; --r)
+        m->removeSimulatedGpu(r); // false (nothing done) for this machine's devices
+    for (const QString& spec : state.simulated) {
         const QStringList f = spec.split(QLatin1Char('|'));
         if (f.size() == 3)
             m->addSimulatedGpu(f[1], f[0], f[2].toULongLong());
     }
     for (int r = 0; r < m->rowCount(); ++r) {
-        const QVariant v = s.value(QStringLiteral("budgets/") + QString::fromStdString(m->at(r).device.name()));
-        if (v.isValid())
-            m->setBudget(r, v.toULongLong());
+        const auto it = state.budgets.constFind(QString::fromStdString(m->at(r).device.name()));
+        if (it != state.budgets.constEnd())
+            m->setBudget(r, it.value());
     }
+}
+
+void MainWindow::restoreBudgets()
+{
+    QSettings s;
+    BudgetState state;
+    state.simulated = s.value("budgets/simulated").toStringList();
+    s.beginGroup("budgets");
+    for (const QString& key : s.childKeys())
+        if (key != QLatin1String("simulated"))
+            state.budgets.insert(key, s.value(key).toULongLong());
+    s.endGroup();
+    setBudgetState(state);
 }
 
 void MainWindow::saveSettings() const
@@ -323,16 +367,43 @@ void MainWindow::saveSettings() const
     QSettings s;
     s.setValue("window/geometry", saveGeometry());
     s.setValue("window/splitter", m_splitter->saveState());
+    // The demo's budgets are the demo's: what the user had before it is what they keep.
+    const BudgetState state = m_budgetsBeforeDemo ? *m_budgetsBeforeDemo : budgetState();
     s.remove("budgets");
-    const BudgetModel* m = budgetModel();
-    QStringList sims;
-    for (int r = 0; r < m->rowCount(); ++r) {
-        const BudgetDevice& d = m->at(r);
-        if (d.simulated)
-            sims << QStringLiteral("%1|%2|%3").arg(d.preset, d.hardware).arg(d.capacity);
-        s.setValue(QStringLiteral("budgets/") + QString::fromStdString(d.device.name()), QVariant::fromValue<quint64>(d.budget));
+    for (auto it = state.budgets.constBegin(); it != state.budgets.constEnd(); ++it)
+        s.setValue(QStringLiteral("budgets/") + it.key(), QVariant::fromValue<quint64>(it.value()));
+    s.setValue("budgets/simulated", state.simulated);
+}
+
+QString MainWindow::demoPath()
+{
+    const QString installed = QDir(QCoreApplication::applicationDirPath()).filePath("../share/stowage/demo");
+    return QFileInfo::exists(installed + "/config.json") ? QDir::cleanPath(installed) : QStringLiteral(STOWAGE_BUILD_DEMO_DIR);
+}
+
+void MainWindow::applyDemoBudgets(bool demo)
+{
+    if (!m_options.demoBudgets || demo == bool(m_budgetsBeforeDemo))
+        return;
+    if (!demo) {
+        const BudgetState mine = *m_budgetsBeforeDemo;
+        m_budgetsBeforeDemo.reset();
+        setBudgetState(mine);
+        m_page->setBudgetNote({});
+        return;
     }
-    s.setValue("budgets/simulated", sims);
+    // The demo weighs ~6.5 MB in float32: an embedding and a head of 1 MiB each
+    // and six layers of ~0.7 MiB. These budgets put it on all three kinds of
+    // memory, so its first screen shows what Stowage is for.
+    m_budgetsBeforeDemo = budgetState();
+    BudgetState demoState;
+    demoState.simulated << QStringLiteral("|%1|%2").arg(tr("demo GPU")).arg(kDemoGpuCapacity);
+    demoState.budgets.insert(QStringLiteral("0"), kDemoGpuBudget);
+    demoState.budgets.insert(QStringLiteral("cpu"), kDemoRamBudget);
+    setBudgetState(demoState);
+    m_page->setBudgetNote(tr("Demo budgets: a simulated %1 GPU and %2 of RAM, so the demo model lands on a GPU, in RAM "
+                             "and on disk. Drag the bars to change them; opening another model brings your own budgets back.")
+                              .arg(formatBytes(kDemoGpuBudget), formatBytes(kDemoRamBudget)));
 }
 
 void MainWindow::closeEvent(QCloseEvent* event)
@@ -540,6 +611,7 @@ void MainWindow::showOpened(int job, const std::shared_ptr<Opened>& r)
     }
     showError({});
     m_model->setTree(nullptr); // a different model: reset rather than re-size
+    applyDemoBudgets(!r->folder.isEmpty() && QFileInfo(r->folder).canonicalFilePath() == QFileInfo(demoPath()).canonicalFilePath());
     m_page->setModel(r->tree, r->config, r->dtype, r->folder);
     m_view->expandToDepth(1);
     m_view->resizeColumnToContents(ModuleTreeModel::ClassColumn);

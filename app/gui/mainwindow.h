@@ -3,9 +3,11 @@
 // page on the right) and a Run page, File/View/Devices/Run menus. Opening runs off the GUI thread (each
 // open numbered, stale results dropped); errors show in the window and
 // keep the previous model open.
+#include <QHash>
 #include <QMainWindow>
 
 #include <memory>
+#include <optional>
 
 class QAction;
 class QLabel;
@@ -31,6 +33,7 @@ public:
         bool probeMachine = true;    // detect GPUs, RAM, disk and measure this machine
         bool restoreSettings = true; // budgets, simulated GPUs, window state from QSettings
         QString workerProgram;       // stowage-cli for runs; empty: WorkerClient's default
+        bool demoBudgets = true;     // the demo opens on budgets that use a simulated GPU, RAM and disk
     };
     MainWindow();
     explicit MainWindow(Options options, QWidget* parent = nullptr);
@@ -38,6 +41,8 @@ public:
 
     // Opens on a worker thread; results of an older open are dropped.
     void openCheckpoint(const QString& path);
+    // The bundled demo checkpoint: installed (<prefix>/share/stowage/demo) or the build's copy.
+    static QString demoPath();
     ModuleTreeModel* moduleModel() const { return m_model; }
     QTreeView* moduleView() const { return m_view; }
     PlanningPage* planningPage() const { return m_page; }
@@ -84,6 +89,15 @@ private:
     void probeMachine();
     void saveSettings() const;
     void restoreBudgets();
+    // Budgets as settings keep them: simulated GPUs ("preset|hardware|capacity") and bytes per device name.
+    struct BudgetState {
+        QStringList simulated;
+        QHash<QString, quint64> budgets;
+    };
+    BudgetState budgetState() const;
+    void setBudgetState(const BudgetState& state);
+    // On opening the demo: its own budgets, the user's kept aside; on leaving it: the user's back.
+    void applyDemoBudgets(bool demo);
     void planChanged();
     void syncTreeSelection(int module);
 
@@ -102,6 +116,7 @@ private:
     HubCacheDialog* m_hub = nullptr;
     int m_job = 0;
     bool m_syncing = false;
+    std::optional<BudgetState> m_budgetsBeforeDemo; // set while the demo's budgets are on
 };
 
 } // namespace stowage

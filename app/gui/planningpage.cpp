@@ -77,6 +77,8 @@ PlanningPage::PlanningPage(ModuleTreeModel* treeModel, QWidget* parent) : QWidge
     auto* devicesBox = new QGroupBox(tr("Devices and budgets (max_memory)"), this);
     auto* dl = new QVBoxLayout(devicesBox);
     m_bars = new BudgetBarsView(m_budgets, devicesBox);
+    m_budgetNote = banner(devicesBox, "budgetNote", "QLabel { background: #fff4d6; color: #5a4200; padding: 4px; border-radius: 3px; }");
+    dl->addWidget(m_budgetNote);
     dl->addWidget(m_bars);
     layout->addWidget(devicesBox);
 
@@ -437,6 +439,14 @@ void PlanningPage::predict()
     m_predictionView->resizeColumnToContents(PredictionModel::PolicyColumn);
     m_predictionView->resizeColumnToContents(PredictionModel::SpeedColumn);
 }
+
+void PlanningPage::setBudgetNote(const QString& text)
+{
+    m_budgetNote->setText(text);
+    m_budgetNote->setVisible(!text.isEmpty());
+}
+
+QString PlanningPage::budgetNote() const { return m_budgetNote->isVisible() ? m_budgetNote->text() : QString(); }
 
 QString PlanningPage::totalsText() const { return m_totals->text(); }
 

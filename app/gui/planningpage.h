@@ -57,6 +57,9 @@ public:
     std::shared_ptr<const Plan> plan() const { return m_plan; }
     std::shared_ptr<const ModuleTree> tree() const { return m_tree; }
     QString totalsText() const;
+    // A line above the budget bars (the demo's budgets say what they are); empty hides it.
+    void setBudgetNote(const QString& text);
+    QString budgetNote() const;
     QString predictionHardwareText() const;
     QString planError() const;
     SnippetInput snippetInput() const;
@@ -91,6 +94,7 @@ private:
     QTableView* m_predictionView = nullptr;
     QLabel* m_totals = nullptr;
     QLabel* m_banner = nullptr;
+    QLabel* m_budgetNote = nullptr;
     QLabel* m_error = nullptr;
     QLabel* m_hardware = nullptr;
     QComboBox* m_assumeGpu = nullptr;

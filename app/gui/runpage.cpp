@@ -99,6 +99,7 @@ RunPage::RunPage(PlanningPage* planning, const QString& program, QWidget* parent
     auto* mapLayout = new QVBoxLayout(mapBox);
     m_map = new PlacementMap(mapBox);
     m_map->setObjectName("runPlacementMap");
+    m_map->setShowsMovement(true);
     m_caption = new QLabel(tr("Dispatch the map, then generate, or step one token in slow motion to see each stage."), mapBox);
     m_caption->setObjectName("teachingCaption");
     m_caption->setWordWrap(true);
@@ -612,6 +613,8 @@ void RunPage::generate()
 void RunPage::stepOneToken()
 {
     m_stepping = true;
+    m_moved.clear();
+    m_movedStep = -1;
     GenerateRequest g = generateRequest();
     if (m_newContext) {
         m_output->setPlainText(g.prompt);
@@ -660,6 +663,19 @@ void RunPage::onTrace(const QVector<TraceSpan>& spans)
 {
     m_trace->addSpans(spans);
     if (m_stepping && !spans.isEmpty()) {
+        // What moved for each unit in this step: its copies summed, the device they went to.
+        for (const TraceSpan& s : spans) {
+            if (s.step != m_movedStep) {
+                m_moved.clear();
+                m_movedStep = s.step;
+            }
+            if (s.kind == TraceSpan::Map || s.kind == TraceSpan::Fetch || s.kind == TraceSpan::Prefetch) {
+                TraceSpan& m = m_moved[s.unit];
+                const quint64 bytes = m.bytes + s.bytes;
+                m = s;
+                m.bytes = bytes;
+            }
+        }
         // The newest stage, told in words, and its unit outlined on the map.
         const TraceSpan* last = &spans.front();
         for (const TraceSpan& s : spans)
@@ -672,8 +688,22 @@ void RunPage::onTrace(const QVector<TraceSpan>& spans)
 void RunPage::showCaption(const TraceSpan& s)
 {
     const auto tree = m_planning->tree();
-    if (tree)
-        m_map->setSelectedModule(tree->find(s.unit.toStdString()));
+    const int module = tree ? tree->find(s.unit.toStdString()) : -1;
+    m_map->setSelectedModule(module);
+    // While a unit fetches and computes, an arrow shows where its weights
+    // went: to the device that computes with them (copies), or into RAM (a
+    // read in place from the mapped file). Released, the arrow goes.
+    const auto moved = m_moved.constFind(s.unit);
+    if (s.kind != TraceSpan::Release && moved != m_moved.constEnd()) {
+        const TraceSpan& m = moved.value();
+        const auto to = Device::parse(m.device.toStdString());
+        const int toCode = m.kind == TraceSpan::Map ? deviceCode(Device::cpu()) : to ? deviceCode(*to) : -1;
+        m_map->setMovement({module, toCode,
+                            m.kind == TraceSpan::Map ? tr("%1 read in place from disk").arg(formatBytes(m.bytes))
+                                                     : tr("%1 → %2").arg(formatBytes(m.bytes), deviceLabel(deviceFromCode(toCode)))});
+    } else {
+        m_map->setMovement({});
+    }
     const QString dev = deviceText(s.device);
     const QString what = s.tensor.isEmpty() ? s.unit : s.tensor;
     QString text, colour;

@@ -7,6 +7,7 @@
 // shows what the RunController reports; it never waits for the worker.
 #include "rundata.h"
 
+#include <QHash>
 #include <QWidget>
 
 #include <memory>
@@ -143,6 +144,8 @@ private:
     QString m_hardwareOverride;
     QString m_hardwareFile;
     bool m_stepping = false;
+    QHash<QString, TraceSpan> m_moved; // teaching mode: per unit, what the current step moved
+    int m_movedStep = -1;
     bool m_hasTokenizer = true;
     bool m_newContext = true;
     DoneInfo m_lastDone;

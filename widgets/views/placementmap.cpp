@@ -5,9 +5,12 @@
 #include <QHelpEvent>
 #include <QMouseEvent>
 #include <QPainter>
+#include <QPainterPath>
 #include <QToolTip>
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
 
 namespace stowage {
 
@@ -24,7 +27,24 @@ PlacementMap::PlacementMap(QWidget* parent) : QWidget(parent)
     setFocusPolicy(Qt::NoFocus);
 }
 
-QSize PlacementMap::sizeHint() const { return {640, kStripHeight + kBracketGap + 2 * fontMetrics().height() + 8}; }
+QSize PlacementMap::sizeHint() const { return {640, arrowSpace() + kStripHeight + kBracketGap + 2 * fontMetrics().height() + 8}; }
+
+int PlacementMap::arrowSpace() const { return m_showsMovement ? fontMetrics().height() + 16 : 0; }
+
+void PlacementMap::setShowsMovement(bool shows)
+{
+    if (shows == m_showsMovement)
+        return;
+    m_showsMovement = shows;
+    updateGeometry();
+    update();
+}
+
+void PlacementMap::setMovement(const Movement& movement)
+{
+    m_movement = movement;
+    update();
+}
 
 QSize PlacementMap::minimumSizeHint() const { return {160, sizeHint().height()}; }
 
@@ -54,7 +74,10 @@ void PlacementMap::setSelectedModule(int module)
     update();
 }
 
-QRect PlacementMap::stripRect() const { return {kMargin, kMargin, std::max(1, width() - 2 * kMargin), kStripHeight}; }
+QRect PlacementMap::stripRect() const
+{
+    return {kMargin, kMargin + arrowSpace(), std::max(1, width() - 2 * kMargin), kStripHeight};
+}
 
 double PlacementMap::xOf(quint64 bytes) const
 {
@@ -142,6 +165,7 @@ void PlacementMap::paintEvent(QPaintEvent*)
         p.setBrush(Qt::NoBrush);
         p.drawRect(blockRect(m_hover).adjusted(0.75, 0.75, -0.75, -0.75));
     }
+    paintMovement(p);
     p.setRenderHint(QPainter::Antialiasing, false);
 
     // A bracket and a label under each run of blocks on one device.
@@ -169,6 +193,64 @@ void PlacementMap::paintEvent(QPaintEvent*)
         p.setPen(pal.color(QPalette::Text));
         p.drawText(QRectF(x0, by + 2, std::max(w, sfm.horizontalAdvance(label)), sfm.height()),
                    Qt::AlignHCenter | Qt::AlignTop, label);
+    }
+}
+
+// An arc over the strip from the moving module's blocks to the middle of the
+// nearest run on the target device, with its label at the top; without such
+// a run (a device that holds no block, as RAM may), a short arrow up and the label.
+void PlacementMap::paintMovement(QPainter& p)
+{
+    if (!m_showsMovement || m_movement.module < 0 || !m_tree)
+        return;
+    const std::vector<int> blocks = m_layout.blocksOf(*m_tree, m_movement.module);
+    if (blocks.empty())
+        return;
+    const QRect s = stripRect();
+    const double fromX = (blockRect(blocks.front()).left() + blockRect(blocks.back()).right()) / 2;
+    std::optional<double> toX;
+    for (const PlacementRun& run : m_layout.runs) {
+        if (run.deviceCode != m_movement.toDeviceCode)
+            continue;
+        const double x = (blockRect(run.first).left() + blockRect(run.last).right()) / 2;
+        if (!toX || std::abs(x - fromX) < std::abs(*toX - fromX))
+            toX = x;
+    }
+    const QColor c = m_movement.toDeviceCode >= 0 ? deviceColor(deviceFromCode(m_movement.toDeviceCode)) : palette().color(QPalette::Text);
+    const double top = kMargin + 2, y = s.top();
+    QPainterPath path(QPointF(fromX, y));
+    QPointF head, from;
+    if (toX && std::abs(*toX - fromX) > 6) {
+        path.cubicTo(QPointF(fromX, top), QPointF(*toX, top), QPointF(*toX, y));
+        head = QPointF(*toX, y);
+        from = QPointF(*toX, y - 6);
+    } else {
+        path.lineTo(fromX, top + 4);
+        head = QPointF(fromX, top + 4);
+        from = QPointF(fromX, top + 10);
+    }
+    p.setBrush(Qt::NoBrush);
+    p.setPen(QPen(palette().color(QPalette::Base), 5, Qt::SolidLine, Qt::RoundCap));
+    p.drawPath(path);
+    p.setPen(QPen(c.darker(115), 2.5, Qt::SolidLine, Qt::RoundCap));
+    p.drawPath(path);
+    // Arrowhead along the last segment's direction.
+    const QPointF d = head - from;
+    const double len = std::max(1e-6, std::hypot(d.x(), d.y()));
+    const QPointF u(d.x() / len, d.y() / len), n(-u.y(), u.x());
+    p.setBrush(c.darker(115));
+    p.drawPolygon(QPolygonF({head, head - 8 * u + 4.5 * n, head - 8 * u - 4.5 * n}));
+    if (!m_movement.label.isEmpty()) {
+        const QFontMetrics fm = fontMetrics();
+        const double mid = toX ? (fromX + *toX) / 2 : fromX;
+        const int w = fm.horizontalAdvance(m_movement.label) + 10;
+        QRectF box(mid - w / 2.0, kMargin, w, fm.height() + 2);
+        box.moveLeft(std::clamp(box.left(), double(kMargin), double(width() - kMargin - w)));
+        p.setPen(QPen(c.darker(115), 1));
+        p.setBrush(palette().color(QPalette::Base));
+        p.drawRoundedRect(box, 3, 3);
+        p.setPen(palette().color(QPalette::Text));
+        p.drawText(box, Qt::AlignCenter, m_movement.label);
     }
 }
 

@@ -4,9 +4,13 @@
 // bracket under each run of blocks on one device. Hovering a block shows
 // the planner's reason; clicking selects its module (moduleActivated), and
 // setSelectedModule() outlines the blocks of a module chosen elsewhere.
+// In teaching mode (setShowsMovement) an arrow over the strip shows which
+// module's weights are moving and to which device.
 #include "placementlayout.h"
 
 #include <QWidget>
+
+class QPainter;
 
 #include <memory>
 
@@ -22,6 +26,18 @@ public:
     const PlacementLayout& layout() const { return m_layout; }
     void setSelectedModule(int module);
     int selectedModule() const { return m_selectedModule; }
+
+    // Weights on the move: `module`'s blocks to the nearest run of blocks on
+    // `toDeviceCode` (deviceCode()), labelled. module -1 clears it.
+    struct Movement {
+        int module = -1;
+        int toDeviceCode = -1;
+        QString label;
+    };
+    void setMovement(const Movement& movement);
+    const Movement& movement() const { return m_movement; }
+    // Keeps room above the strip for the movement arrow (the run page's map).
+    void setShowsMovement(bool shows);
 
     // Geometry, for tests and hit-testing: the strip, and a block's rectangle.
     QRect stripRect() const;
@@ -46,6 +62,8 @@ protected:
 
 private:
     double xOf(quint64 bytes) const;
+    int arrowSpace() const;
+    void paintMovement(QPainter& p);
     QString blockLabel(const PlacementBlock& b) const;
 
     std::shared_ptr<const ModuleTree> m_tree;
@@ -55,6 +73,8 @@ private:
     std::vector<int> m_selectedBlocks;
     int m_hover = -1;
     quint64 m_paints = 0;
+    Movement m_movement;
+    bool m_showsMovement = false;
 };
 
 } // namespace stowage

@@ -1,5 +1,7 @@
 #include "runner.h"
 
+#include "gemv.h"
+
 #include <cmath>
 
 namespace stowage::arch {
@@ -47,12 +49,12 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 
 at::Tensor dense(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b)
 {
-    // One row on the CPU goes through mv: OpenBLAS sgemv for fp32 (2.5x the
-    // one-row matmul here), LibTorch's own kernel for bf16, which measured at
-    // least as fast as oneDNN's matmul and a hand-written AVX2 kernel.
-    if (x.dim() == 2 && x.size(0) == 1 && w.is_cpu() &&
+    // One row on the CPU is a matrix-vector product (gemv.h): the engine's
+    // kernel for this CPU, else at::mv (OpenBLAS sgemv for fp32, 2.5x the
+    // one-row matmul).
+    if (x.dim() == 2 && x.size(0) == 1 && w.is_cpu() && w.dim() == 2 && x.scalar_type() == w.scalar_type() &&
         (w.scalar_type() == at::kFloat || w.scalar_type() == at::kBFloat16)) {
-        at::Tensor y = at::mv(w, x[0]);
+        at::Tensor y = w.is_contiguous() ? gemv(w, x[0]) : at::mv(w, x[0]);
         return (b.defined() ? y + b : y).unsqueeze(0);
     }
     return b.defined() ? at::linear(x, w, b) : at::linear(x, w);

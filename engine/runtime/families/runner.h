@@ -53,9 +53,9 @@ private:
 // Softmax attention over the cache: q [B,H,T,D], k/v [B,KV,S,D]; causal for
 // the T new positions that follow S-T cached ones. Grouped-query heads repeat.
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale);
-// y = x W^T (+ b) for W stored [out, in] (Linear). One fp32 row at a time
-// (decoding) goes through matrix-vector BLAS, ~2.5x faster than the
-// matrix-matrix path for a single row on this CPU.
+// y = x W^T (+ b) for W stored [out, in] (Linear). One fp32 or bf16 row at a
+// time (decoding) goes through a matrix-vector kernel (gemv.h), several times
+// faster than the matrix-matrix path for a single row.
 at::Tensor dense(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {});
 // y = x W + b for W stored [in, out] (GPT-2's Conv1D).
 at::Tensor denseInOut(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b);

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Installs what Stowage needs to build and test on Debian 12, only when missing.
 set -euo pipefail
+# clang-14 and libclang-rt-14-dev (its sanitizer and libFuzzer runtimes) build the
+# asan preset and fuzz/; llvm-14 brings llvm-symbolizer for their stack traces.
 packages=(cmake ninja-build g++ ccache pkg-config
+  clang-14 libclang-rt-14-dev llvm-14
   qt6-base-dev qt6-charts-dev libqt6opengl6-dev libgl-dev
   libtorch-dev libopenblas0-pthread nlohmann-json3-dev
   libpcre2-dev libutf8proc-dev libsentencepiece-dev

@@ -120,7 +120,7 @@ void BudgetBarsView::rebuild()
             });
         }
         connect(r.edit, &QLineEdit::editingFinished, this, [this, bar = r.bar] { applyText(bar->row()); });
-        connect(r.edit, &QLineEdit::textEdited, this, [this, bar = r.bar, edit = r.edit] {
+        connect(r.edit, &QLineEdit::textEdited, this, [edit = r.edit] {
             // Say at once whether it parses; apply on Return or leaving the field.
             try {
                 parseSize(edit->text().trimmed().toStdString());
@@ -128,7 +128,6 @@ void BudgetBarsView::rebuild()
             } catch (const std::exception&) {
                 edit->setStyleSheet(QString::fromLatin1(kInvalidStyle));
             }
-            Q_UNUSED(bar);
         });
         m_rows.push_back(r);
         refreshRow(i);

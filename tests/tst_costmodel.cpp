@@ -70,6 +70,7 @@ private slots:
     void cpuOffloadCostsPageableCopy();
     void policiesOrderAsExpected();
     void cpuOnlyUsesRamBandwidth();
+    void cpuStreamsAtItsGemvRate();
     void diskIsSlowest();
     void diskFromWarmPageCache();
     void cpuReadsDiskInPlace();
@@ -154,6 +155,26 @@ void TestCostModel::cpuOnlyUsesRamBandwidth()
     auto c = estimateDecode({{Device::cpu(), kGB}}, 1000 * kGB, p);
     QCOMPARE(c.devices[0].bottleneck, std::string("compute"));
     QVERIFY(near(c.secondsPerToken, 1e12 / 1e12));
+}
+
+void TestCostModel::cpuStreamsAtItsGemvRate()
+{
+    // T4 host: 50 GB/s RAM. A measured fp32 GEMV rate below that is what CPU
+    // decoding streams; the dtype is read off bytes per parameter.
+    auto p = hardwarePreset("t4");
+    p.gpus.clear();
+    p.cpuGemvF32 = 10e9;
+    p.cpuGemvBf16 = 40e9;
+    const uint64_t bytes = 4 * kGB;
+    // fp32: 1e9 parameters (2e9 FLOPs) in 4 GB
+    QVERIFY(near(estimateDecode({{Device::cpu(), bytes}}, 2 * kGB, p).secondsPerToken, 4e9 / 10e9));
+    // bf16: 2e9 parameters in 4 GB
+    QVERIFY(near(estimateDecode({{Device::cpu(), bytes}}, 4 * kGB, p).secondsPerToken, 4e9 / 40e9));
+    // a rate above the RAM read does not make RAM faster
+    p.cpuGemvBf16 = 80e9;
+    QVERIFY(near(estimateDecode({{Device::cpu(), bytes}}, 4 * kGB, p).secondsPerToken, 4e9 / 50e9));
+    // unknown FLOPs (0): the RAM read alone
+    QVERIFY(near(estimateDecode({{Device::cpu(), bytes}}, 0, p).secondsPerToken, 4e9 / 50e9));
 }
 
 void TestCostModel::diskIsSlowest()
@@ -421,6 +442,12 @@ void TestCostModel::measuresThisMachinePlausibly()
     if (!kInstrumented) {
         QVERIFY2(p.sources.find("measured here: RAM read, CPU FLOP/s, page-cache read") == 0, p.sources.c_str());
         QVERIFY(p.pageCacheReadBandwidth > 1e8 && p.pageCacheReadBandwidth < 1e13);
+        QVERIFY(p.cpuGemvF32 == 0 || (p.cpuGemvF32 > 1e8 && p.cpuGemvF32 < 1e13));
+        QVERIFY(p.cpuGemvBf16 == 0 || (p.cpuGemvBf16 > 1e8 && p.cpuGemvBf16 < 1e13));
+        const auto q = profileFromJson(profileToJson(p), "this.json");
+        QCOMPARE(q.cpuGemvF32, p.cpuGemvF32);
+        QCOMPARE(q.cpuGemvBf16, p.cpuGemvBf16);
+        QCOMPARE(q.pageCacheReadBandwidth, p.pageCacheReadBandwidth);
     }
     QVERIFY(p.name.find("GB RAM") != std::string::npos);
     for (const auto& g : p.gpus)

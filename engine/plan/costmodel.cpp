@@ -112,8 +112,14 @@ CostEstimate estimateDecode(const std::vector<std::pair<Device, uint64_t>>& plac
         return overlap({{bytes / rate(g.memoryBandwidth, "GPU memory bandwidth", profile), "HBM read"},
                         {flops / rate(g.flops, "GPU FLOP/s", profile), "compute"}});
     };
+    // The CPU streams weights at the RAM read rate, or at the rate its
+    // matrix-vector products were measured at for the weights' dtype when
+    // that is lower (bytes per parameter: flopsPerToken is 2 per parameter).
+    const double bytesPerParam = flopsPerToken > 0 ? 2.0 * double(total) / double(flopsPerToken) : 0;
+    const double gemv = bytesPerParam > 3 ? profile.cpuGemvF32 : bytesPerParam > 1.5 ? profile.cpuGemvBf16 : 0;
     auto cpuCompute = [&](double bytes, double flops) {
-        return overlap({{bytes / rate(profile.ramBandwidth, "RAM bandwidth", profile), "RAM read"},
+        const double ram = rate(profile.ramBandwidth, "RAM bandwidth", profile);
+        return overlap({{bytes / (gemv > 0 ? std::min(ram, gemv) : ram), "RAM read"},
                         {flops / rate(profile.cpuFlops, "CPU FLOP/s", profile), "compute"}});
     };
     // Weights that sit in RAM at the start of a step.

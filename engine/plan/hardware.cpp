@@ -71,10 +71,83 @@ void parallel(unsigned threads, Fn fn)
         th.join();
 }
 
+#ifdef STOWAGE_X86_SIMD
+// Matrix-vector products as decoding runs them (rows of W [rows, k] times x,
+// four rows per pass over x), summed in fp32: the kernels the runtime uses,
+// timed here on plain memory so the plan layer needs no LibTorch. k = 4096
+// elements. Returns a sum so the work is not optimised away.
+__attribute__((target("avx512f"))) float gemvF32Avx512(const float* w, const float* x, size_t rows)
+{
+    const size_t k = 4096;
+    __m512 total = _mm512_setzero_ps();
+    for (size_t r = 0; r + 4 <= rows; r += 4) {
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (size_t j = 0; j < k; j += 16) {
+            const __m512 xv = _mm512_loadu_ps(x + j);
+            a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + r * k + j), xv, a0);
+            a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w + (r + 1) * k + j), xv, a1);
+            a2 = _mm512_fmadd_ps(_mm512_loadu_ps(w + (r + 2) * k + j), xv, a2);
+            a3 = _mm512_fmadd_ps(_mm512_loadu_ps(w + (r + 3) * k + j), xv, a3);
+        }
+        total = _mm512_add_ps(total, _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+    }
+    alignas(64) float out[16];
+    _mm512_store_ps(out, total);
+    return out[0];
+}
+__attribute__((target("avx2,fma"))) float gemvF32Avx2(const float* w, const float* x, size_t rows)
+{
+    const size_t k = 4096;
+    __m256 total = _mm256_setzero_ps();
+    for (size_t r = 0; r + 4 <= rows; r += 4) {
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (size_t j = 0; j < k; j += 8) {
+            const __m256 xv = _mm256_loadu_ps(x + j);
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + r * k + j), xv, a0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + (r + 1) * k + j), xv, a1);
+            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + (r + 2) * k + j), xv, a2);
+            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + (r + 3) * k + j), xv, a3);
+        }
+        total = _mm256_add_ps(total, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    }
+    alignas(32) float out[8];
+    _mm256_store_ps(out, total);
+    return out[0];
+}
+// bf16 rows of 8192 elements (the same 16 KiB) with vdpbf16ps.
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) float gemvBf16Avx512(const uint16_t* w, const uint16_t* x,
+                                                                             size_t rows)
+{
+    const size_t k = 8192;
+    __m512 total = _mm512_setzero_ps();
+    for (size_t r = 0; r + 4 <= rows; r += 4) {
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (size_t j = 0; j < k; j += 32) {
+            const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + j);
+            a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(w + r * k + j), xv);
+            a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_loadu_si512(w + (r + 1) * k + j), xv);
+            a2 = _mm512_dpbf16_ps(a2, (__m512bh)_mm512_loadu_si512(w + (r + 2) * k + j), xv);
+            a3 = _mm512_dpbf16_ps(a3, (__m512bh)_mm512_loadu_si512(w + (r + 3) * k + j), xv);
+        }
+        total = _mm512_add_ps(total, _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+    }
+    alignas(64) float out[16];
+    _mm512_store_ps(out, total);
+    return out[0];
+}
+#endif
+
+struct RamRates {
+    double read = 0, gemvF32 = 0, gemvBf16 = 0; // bytes/s; 0: not measured
+};
+
 // RAM read bandwidth: all usable cores sum a 256 MiB buffer, best of 3. All
 // cores, because one core cannot saturate a multi-channel memory controller
-// and CPU decoding is multithreaded. 256 MiB is well past any cache.
-double measureRamBandwidth()
+// and CPU decoding is multithreaded. 256 MiB is well past any cache. Then the
+// same buffer as a weight matrix, read by matrix-vector products in fp32 and
+// (where the CPU has AVX512-BF16, as the runtime's kernel) bf16: what CPU
+// decoding streams per dtype, which can fall short of the plain read.
+RamRates measureRamRates()
 {
     uint64_t size = 256ULL << 20;
     if (const uint64_t avail = meminfo("MemAvailable"); avail > 0)
@@ -86,7 +159,7 @@ double measureRamBandwidth()
     // which decoding would not see.
     std::unique_ptr<uint64_t[]> memory(new (std::nothrow) uint64_t[words]);
     if (!memory)
-        return 0; // the caller falls back to a default
+        return {}; // the caller falls back to a default
     uint64_t* buffer = memory.get();
     const unsigned threads = std::min<unsigned>(usableCpus(), 64);
     const size_t slice = words / threads;
@@ -96,7 +169,7 @@ double measureRamBandwidth()
     parallel(threads, [&](unsigned t) {
         auto [b, e] = range(t);
         for (size_t i = b; i < e; ++i)
-            buffer[i] = i;
+            buffer[i] = 0x3F803F803F803F80ULL ^ (i & 0xFF); // ~1.0 as fp32 and as bf16: no denormals
     });
     std::atomic<uint64_t> sink{0};
     double best = 0;
@@ -121,43 +194,77 @@ double measureRamBandwidth()
         if (s > 0)
             best = std::max(best, static_cast<double>(words * sizeof(uint64_t)) / s);
     }
-    return best;
+    RamRates out;
+    out.read = best;
+#ifdef STOWAGE_X86_SIMD
+    // 16 KiB rows, split across the threads in whole groups of four.
+    const size_t rowBytes = 16384, rows = (words * sizeof(uint64_t)) / rowBytes / 4 * 4;
+    const size_t perThread = rows / threads / 4 * 4;
+    const bool avx512 = __builtin_cpu_supports("avx512f");
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    const bool bf16 = avx512 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512bf16");
+    std::vector<float> x(4096, 1.0f);
+    std::vector<uint16_t> xb(8192, 0x3F80);
+    std::atomic<float> fsink{0};
+    auto time = [&](auto&& one) {
+        double rate = 0;
+        for (int pass = 0; pass < 3; ++pass) {
+            const auto t0 = Clock::now();
+            parallel(threads, [&](unsigned t) { fsink = fsink + one(reinterpret_cast<const uint8_t*>(buffer) + t * perThread * rowBytes); });
+            const double s = secondsSince(t0);
+            if (s > 0)
+                rate = std::max(rate, static_cast<double>(perThread * threads * rowBytes) / s);
+        }
+        return rate;
+    };
+    if (perThread >= 4 && (avx512 || avx2))
+        out.gemvF32 = time([&](const uint8_t* w) {
+            return avx512 ? gemvF32Avx512(reinterpret_cast<const float*>(w), x.data(), perThread)
+                          : gemvF32Avx2(reinterpret_cast<const float*>(w), x.data(), perThread);
+        });
+    if (perThread >= 4 && bf16)
+        out.gemvBf16 = time([&](const uint8_t* w) {
+            return gemvBf16Avx512(reinterpret_cast<const uint16_t*>(w), xb.data(), perThread);
+        });
+#endif
+    return out;
 }
 
-// A copy into freshly allocated memory, all cores: what reading a file the
-// page cache holds into a new tensor costs (Accelerate's offload path, or the
-// runtime converting a weight): read + write + first-touch faults of the
-// destination. 128 MiB, best of 3.
+// A copy into newly allocated memory, all cores: what reading weights the
+// page cache holds into new tensors costs (Accelerate's offload path, or the
+// runtime converting a weight): read + write + the destination's allocation.
+// 128 MiB as 16 weights of 8 MiB, each freed after its copy, as a unit's
+// fetched copies are; the first pass is not timed (the allocator settles on
+// reusing the memory, as it does by a run's second token; in a VM, memory
+// touched for the first time can cost ~100x a normal page fault).
 double measureCopyBandwidth()
 {
-    const size_t size = 128ULL << 20;
+    const size_t piece = 8ULL << 20, pieces = 16, size = piece * pieces;
     std::unique_ptr<uint8_t[]> src(new (std::nothrow) uint8_t[size]);
     if (!src)
         return 0;
     const unsigned threads = std::min<unsigned>(usableCpus(), 64);
-    const size_t slice = size / threads;
+    const size_t slice = piece / threads;
     auto range = [&](unsigned t) {
-        return std::pair<size_t, size_t>(t * slice, t + 1 == threads ? size : (t + 1) * slice);
+        return std::pair<size_t, size_t>(t * slice, t + 1 == threads ? piece : (t + 1) * slice);
     };
-    parallel(threads, [&](unsigned t) {
-        auto [b, e] = range(t);
-        std::memset(src.get() + b, int(t + 1), e - b);
-    });
+    std::memset(src.get(), 1, size);
     double best = 0;
-    for (int pass = 0; pass < 3; ++pass) {
+    std::atomic<unsigned> sink{0};
+    for (int pass = 0; pass < 4; ++pass) {
         const auto t0 = Clock::now();
-        std::unique_ptr<uint8_t[]> dst(new (std::nothrow) uint8_t[size]);
-        if (!dst)
-            return 0;
-        parallel(threads, [&](unsigned t) {
-            auto [b, e] = range(t);
-            std::memcpy(dst.get() + b, src.get() + b, e - b);
-        });
-        volatile uint8_t keep = dst[size / 2];
-        (void)keep;
-        dst.reset(); // the free is part of the cost, as for a released weight
+        for (size_t i = 0; i < pieces; ++i) {
+            std::unique_ptr<uint8_t[]> dst(new (std::nothrow) uint8_t[piece]);
+            if (!dst)
+                return 0;
+            parallel(threads, [&](unsigned t) {
+                auto [b, e] = range(t);
+                std::memcpy(dst.get() + b, src.get() + i * piece + b, e - b);
+            });
+            sink += dst[piece / 2];
+        }
         const double sec = secondsSince(t0);
-        if (sec > 0)
+        if (sec > 0 && pass > 0)
             best = std::max(best, static_cast<double>(size) / sec);
     }
     return best;
@@ -459,15 +566,22 @@ HardwareProfile measureThisMachine(const std::string& diskSample)
     std::string measured, assumed;
     auto note = [](std::string& list, const std::string& what) { list += (list.empty() ? "" : ", ") + what; };
     if (!kInstrumentedBuild) {
-        const double ram = measureRamBandwidth(); // 0: could not allocate the buffer
+        const RamRates rates = measureRamRates(); // 0: could not allocate the buffer
+        const double ram = rates.read;
         if (ram > 0)
             p.ramBandwidth = ram;
+        p.cpuGemvF32 = rates.gemvF32;
+        p.cpuGemvBf16 = rates.gemvBf16;
         p.cpuFlops = measureCpuFlops();
         p.measured = ram > 0;
         p.pageCacheReadBandwidth = measureCopyBandwidth();
         note(p.measured ? measured : assumed, "RAM read");
         note(measured, "CPU FLOP/s");
         note(p.pageCacheReadBandwidth > 0 ? measured : assumed, "page-cache read (as a RAM copy)");
+        if (p.cpuGemvF32 > 0)
+            note(measured, "GEMV fp32");
+        if (p.cpuGemvBf16 > 0)
+            note(measured, "GEMV bf16");
     } else {
         note(assumed, "RAM read, CPU FLOP/s, page-cache read (instrumented build)");
     }

@@ -134,6 +134,10 @@ std::string profileToJson(const HardwareProfile& p)
     j["cpuFlops"] = p.cpuFlops;
     if (p.pageCacheReadBandwidth > 0)
         j["pageCacheReadBandwidth"] = p.pageCacheReadBandwidth;
+    if (p.cpuGemvF32 > 0)
+        j["cpuGemvF32"] = p.cpuGemvF32;
+    if (p.cpuGemvBf16 > 0)
+        j["cpuGemvBf16"] = p.cpuGemvBf16;
     if (!p.sources.empty())
         j["sources"] = p.sources;
     j["gpus"] = Json::array();
@@ -231,7 +235,7 @@ HardwareProfile profileFromJson(const std::string& text, const std::string& path
     }
     const ObjectReader top(j, path, "",
                            {"name", "simulated", "ramBytes", "ramBandwidth", "diskReadBandwidth", "cpuFlops", "gpus",
-                            "pageCacheReadBandwidth", "sources"});
+                            "pageCacheReadBandwidth", "cpuGemvF32", "cpuGemvBf16", "sources"});
     HardwareProfile p;
     p.name = top.text("name");
     p.ramBytes = top.bytes("ramBytes");
@@ -240,6 +244,10 @@ HardwareProfile profileFromJson(const std::string& text, const std::string& path
     p.cpuFlops = top.positive("cpuFlops");
     if (j.contains("pageCacheReadBandwidth"))
         p.pageCacheReadBandwidth = top.positive("pageCacheReadBandwidth");
+    if (j.contains("cpuGemvF32"))
+        p.cpuGemvF32 = top.positive("cpuGemvF32");
+    if (j.contains("cpuGemvBf16"))
+        p.cpuGemvBf16 = top.positive("cpuGemvBf16");
     if (j.contains("sources"))
         p.sources = top.text("sources");
     // Optional: a profile a user wrote by hand describes some machine, but

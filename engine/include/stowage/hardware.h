@@ -28,6 +28,10 @@ struct HardwareProfile {
     // bytes/s reading a file the page cache already holds (a copy out of the
     // cache, as read() or Accelerate's offload does); 0: half of ramBandwidth.
     double pageCacheReadBandwidth = 0;
+    // Bytes/s of weights a matrix-vector product streams on all cores (CPU
+    // decoding's inner loop) in fp32 and bf16; 0: not measured, as RAM read.
+    double cpuGemvF32 = 0;
+    double cpuGemvBf16 = 0;
     // For people: which figures were measured here and which are datasheet or
     // assumed values ("RAM read: measured; disk read: assumed NVMe datasheet").
     std::string sources;

@@ -26,8 +26,10 @@ using RowsBf16 = void (*)(const uint16_t* w, const uint16_t* x, int64_t k, int64
 // GCC 12's own intrinsics (_mm512_cvtepu16_epi32, _mm512_slli_epi32, ...)
 // start from _mm512_undefined_*(), which -Wmaybe-uninitialized flags once
 // inlined: a false positive in the compiler's headers, not in this code.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 // ---- AVX2 -------------------------------------------------------------------
 #define STOWAGE_AVX2 __attribute__((target("avx2,fma")))
@@ -114,7 +116,9 @@ STOWAGE_AVX512BF16 void rowsBf16Dp(const uint16_t* w, const uint16_t* x, int64_t
         rowsBf16DpR<1>(w, x, k, r, y);
 }
 #undef STOWAGE_AVX512BF16
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 
 bool cpuHas(GemvKernel k)
 {

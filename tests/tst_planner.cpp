@@ -314,6 +314,10 @@ void TestPlanner::cleanDeviceMapVectors()
     QCOMPARE(clean({{"a.x", d("0")}}), QString("a.x:0"));
     // "h.1" must not swallow "h.10"
     QCOMPARE(clean({{"h.1.a", d("0")}, {"h.1.b", d("0")}, {"h.10", d("1")}}), QString("h.10:1, h.1:0"));
+    // Found by fuzz_devicemap: a key starting with '.' recursed forever.
+    QCOMPARE(clean({{".x", d("0")}, {"a", d("1")}}), QString(".x:0, a:1"));
+    QCOMPARE(clean({{".x", d("0")}, {"a.y", d("1")}, {"a.z", d("1")}}), QString(".x:0, a:1"));
+    QCOMPARE(clean({{".x", d("0")}, {"a", d("0")}}), QString("'':0"));
 }
 
 void TestPlanner::sizeStrings_data()

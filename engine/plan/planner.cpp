@@ -111,7 +111,9 @@ void cleanDeviceMap(DeviceMap& map)
                 from = pos + 1;
             }
             std::string child = pos == std::string::npos ? k : k.substr(0, pos);
-            if (std::find(kids.begin(), kids.end(), child) == kids.end())
+            // A key starting with '.' would make the root its own child: skip it
+            // (Accelerate recurses until RecursionError there).
+            if (child.size() > module.size() && std::find(kids.begin(), kids.end(), child) == kids.end())
                 kids.push_back(child);
         }
         for (const auto& c : kids)

@@ -233,10 +233,12 @@ RamRates measureRamRates()
 // A copy into newly allocated memory, all cores: what reading weights the
 // page cache holds into new tensors costs (Accelerate's offload path, or the
 // runtime converting a weight): read + write + the destination's allocation.
-// 128 MiB as 16 weights of 8 MiB, each freed after its copy, as a unit's
-// fetched copies are; the first pass is not timed (the allocator settles on
-// reusing the memory, as it does by a run's second token; in a VM, memory
-// touched for the first time can cost ~100x a normal page fault).
+// 128 MiB as 16 weights of 8 MiB, each freed after its copy so the allocator
+// reuses the memory (the first pass, which maps it, is not timed). Memory the
+// allocator hands back to the kernel and maps again costs page faults on top,
+// which this leaves out: in this project's Firecracker guests that path
+// copied at 0.15 GB/s, and the runtime's accelerate-like copies landed
+// between the two (docs/PERFORMANCE.md).
 double measureCopyBandwidth()
 {
     const size_t piece = 8ULL << 20, pieces = 16, size = piece * pieces;

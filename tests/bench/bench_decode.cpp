@@ -325,7 +325,9 @@ int main(int argc, char** argv)
                 " file read %.1f GB/s warm, %.2f GB/s cold (O_DIRECT); CPU %.0f GFLOP/s\n%s\n",
                 bwTorch / 1e9, hw.ramBandwidth / 1e9, hw.pageCacheReadBandwidth / 1e9, fileRead / 1e9,
                 hw.diskReadBandwidth / 1e9, hw.cpuFlops / 1e9, hw.sources.c_str());
-    const double bw = std::max(bwTorch, hw.ramBandwidth); // the bound: the faster of the two
+    // The bound: the fastest read seen (at the start, and again before the
+    // offload cases); other work on a shared machine only ever lowers it.
+    double bw = std::max(bwTorch, hw.ramBandwidth);
 
     // ---- GEMV kernels: 160 MB of weights per dtype, cycled (far past the caches)
     std::printf("\n%-6s %-12s %10s %10s\n", "dtype", "gemv kernel", "GB/s", "of bw");
@@ -405,6 +407,12 @@ int main(int argc, char** argv)
     memRow("all RAM bf16", ramBf16, w32 / 2, 0);
 
     // ---- offload and simulated GPU, fp32, per policy
+    {
+        const double again = readBandwidthBytesPerSecond();
+        std::printf("\nread bandwidth again: %.1f GB/s (bound from here on: the best of the run, %.1f GB/s)\n",
+                    again / 1e9, std::max(bw, again) / 1e9);
+        bw = std::max(bw, again);
+    }
     const double pcie = hw.ramBandwidth / 4; // a link 4x slower than RAM, as PCIe is to GPU memory
     struct Off {
         const char* name;

@@ -114,6 +114,12 @@ void TestCheckpoint::rejectsAbsoluteAndParentShardPaths()
     fixtures::writeJson(d + "/model.safetensors.index.json",
                         {{"weight_map", {{"a", "../outside.safetensors"}}}});
     QVERIFY(errorOf(d).contains("leads outside the checkpoint folder"));
+    // Found by fuzz_index: a name the file system refuses was an internal error.
+    fixtures::writeJson(d + "/model.safetensors.index.json",
+                        {{"weight_map", {{"a", std::string(300, 'x') + ".safetensors"}}}});
+    const QString e = errorOf(d);
+    QVERIFY2(e.contains("model.safetensors.index.json: shard path 'xxx") && e.contains("cannot be used: File name too long"),
+             qPrintable(e));
 }
 void TestCheckpoint::rejectsSymlinkLeadingOut()
 {

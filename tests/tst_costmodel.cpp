@@ -372,6 +372,7 @@ void TestCostModel::jsonErrors()
     auto err = [](const std::string& text) { return errorOf([&] { profileFromJson(text, "hw.json"); }); };
     QVERIFY(err(profileWith("", "")).isEmpty()); // the base profile is valid
     QVERIFY(err("{\"name\": ").startsWith("hw.json: not valid JSON"));
+    QVERIFY(err(profileWith("ramBandwidth", "1e999")).startsWith("hw.json: not valid JSON")); // not an internal error
     QVERIFY(err("[1, 2]").contains("hardware profile must be a JSON object"));
     QVERIFY(err(R"({"name": "x", "ramBytes": 1, "diskReadBandwidth": 1, "cpuFlops": 1, "gpus": []})")
                 .contains("missing field \"ramBandwidth\""));

@@ -340,6 +340,10 @@ void TestTokenizer::malformedJsonNamesTheFile()
     writeText(d + "/tokenizer.json", "{\"model\": ");
     QString e = errorOf(d);
     QVERIFY2(e.startsWith(QString::fromStdString(d + "/tokenizer.json: not valid JSON")), qPrintable(e));
+    // Found by fuzz_tokenizer_json: a number past double's range was an internal error.
+    writeText(d + "/tokenizer.json", "{\"model\": {\"type\": \"BPE\", \"dropout\": 1e999}}");
+    e = errorOf(d);
+    QVERIFY2(e.startsWith(QString::fromStdString(d + "/tokenizer.json: not valid JSON")), qPrintable(e));
     writeText(d + "/tokenizer.json", "[1, 2]");
     QVERIFY(errorOf(d).endsWith("tokenizer.json: is not a JSON object"));
     writeText(d + "/tokenizer.json", "{}");

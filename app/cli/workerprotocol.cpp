@@ -142,7 +142,7 @@ json parseCommandLine(const std::string& line)
     json cmd;
     try {
         cmd = json::parse(line);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) { // parse_error, or out_of_range for a number like 1e999
         std::string what = e.what();
         if (auto p = what.find("] "); p != std::string::npos)
             what = what.substr(p + 2); // drop nlohmann's "[json.exception...]" tag

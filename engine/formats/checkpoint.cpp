@@ -179,9 +179,14 @@ void Checkpoint::openIndex(const std::string& indexPath)
     }
 
     size_t present = 0;
-    for (const auto& name : shardNames)
-        if (fs::exists(folder / name))
+    for (const auto& name : shardNames) {
+        // A name the file system refuses (a part over 255 bytes) is the index's fault.
+        std::error_code ec;
+        if (fs::exists(folder / name, ec))
             ++present;
+        else if (ec)
+            throw InputError(indexPath, "shard path '" + name + "' cannot be used: " + ec.message());
+    }
     m_indexOnly = present == 0 && !shardNames.empty();
 
     if (m_indexOnly) {
@@ -209,7 +214,10 @@ void Checkpoint::openIndex(const std::string& indexPath)
                                                   return std::string();
                                               }() +
                                               "')");
-        fs::path real = fs::canonical(sp);
+        std::error_code ec;
+        fs::path real = fs::canonical(sp, ec);
+        if (ec)
+            throw InputError(sp.string(), "cannot open the shard: " + ec.message());
         if (!isInside(real, m_trustRoot))
             throw InputError(sp.string(), "shard leads outside the checkpoint folder (to " + real.string() + ")");
         Shard s{sp.string(), endsWith(shardNames[i], ".safetensors") ? WeightFormat::Safetensors : WeightFormat::TorchBin,

@@ -227,7 +227,7 @@ HardwareProfile profileFromJson(const std::string& text, const std::string& path
     Json j;
     try {
         j = Json::parse(text);
-    } catch (const Json::parse_error& e) {
+    } catch (const Json::exception& e) { // parse_error, or out_of_range for a number like 1e999
         // Drop nlohmann's "[json.exception.parse_error.101] " prefix.
         std::string msg = e.what();
         const size_t cut = msg.find("] ");

@@ -20,7 +20,7 @@ json parseJson(const std::string& text, const std::string& path)
 {
     try {
         return json::parse(text);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) { // parse_error, or out_of_range for a number like 1e999
         std::string what = e.what();
         auto colon = what.find("]: ");
         throw InputError(path, "not valid JSON (" + (colon == std::string::npos ? what : what.substr(colon + 3)) + ")");

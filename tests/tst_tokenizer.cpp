@@ -354,6 +354,12 @@ void TestTokenizer::malformedJsonNamesTheFile()
     } catch (const InputError& err) {
         QCOMPARE(err.file(), std::string("/x/tokenizer.json"));
     }
+    // Found by fuzz_vocab_merges: one id far past the others allocated a table of gigabytes.
+    const std::string s = m_tmp.filePath("sparse").toStdString();
+    QVERIFY(QDir().mkpath(QString::fromStdString(s)));
+    writeText(s + "/vocab.json", "{\"a\": 0, \"b\": 2000000000}");
+    writeText(s + "/merges.txt", "#version: 0.2\n");
+    QVERIFY2(errorOf(s).contains("vocab ids reach 2000000000 but the vocab has only 2 tokens"), qPrintable(errorOf(s)));
 }
 
 void TestTokenizer::unknownModelType()

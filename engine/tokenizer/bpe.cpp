@@ -40,6 +40,11 @@ public:
                 throw InputError(file, "vocab id of '" + tok + "' is negative");
             maxId = std::max(maxId, id);
         }
+        // Ids index a table; one id far past the others would allocate
+        // gigabytes (found by fuzz_vocab_merges). Real vocabularies are dense.
+        if (static_cast<uint64_t>(maxId) >= 16 * static_cast<uint64_t>(m_vocab.size()) + 65536)
+            throw InputError(file, "vocab ids reach " + std::to_string(maxId) + " but the vocab has only " +
+                                       std::to_string(m_vocab.size()) + " tokens; ids this sparse are not supported");
         m_byId.assign(static_cast<size_t>(maxId + 1), nullptr);
         for (const auto& kv : m_vocab)
             m_byId[static_cast<size_t>(kv.second)] = &kv.first;

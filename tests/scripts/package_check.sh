@@ -16,8 +16,12 @@ depends=$(dpkg-deb -f "$deb" Depends)
 for lib in libtorch1.13 libqt6widgets6 libqt6core6 libstdc++6; do
   grep -q "$lib" <<< "$depends" || fail "Depends lacks $lib: $depends"
 done
-dpkg-deb -c "$deb" | grep -q "./usr/share/stowage/demo/model.safetensors.index.json" || fail "the demo is not in the .deb"
-tar -tzf "$tgz" | grep -q "bin/stowage-cli$" || fail "stowage-cli is not in the tarball"
+# Listed first, then searched: `lister | grep -q` under pipefail fails when grep
+# stops reading at the first match and the lister dies of SIGPIPE.
+deb_files=$(dpkg-deb -c "$deb")
+tgz_files=$(tar -tzf "$tgz")
+grep -q "./usr/share/stowage/demo/model.safetensors.index.json" <<< "$deb_files" || fail "the demo is not in the .deb"
+grep -q "bin/stowage-cli$" <<< "$tgz_files" || fail "stowage-cli is not in the tarball"
 # Errors fail; warnings (no manual page, ldconfig in maintainer scripts) are listed.
 lintian --fail-on error "$deb" > "$out/lintian.txt" 2>&1 || { cat "$out/lintian.txt" >&2; fail "lintian reports errors on $(basename "$deb")"; }
 grep -v "root privileges" "$out/lintian.txt" || true

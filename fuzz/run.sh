@@ -63,7 +63,7 @@ for t in "${targets[@]}"; do
         -print_final_stats=1 -artifact_prefix="$artifacts/" ${FUZZ_FLAGS:-} "$corpus" "$build/seeds/$t" >"$log" 2>&1
     rc=$?
     if [ $rc -ne 0 ]; then
-        result="FAILED (exit $rc, $(ls "$artifacts" | tail -1))"
+        result="FAILED (exit $rc, $(ls -t "$artifacts" | head -1))"
         failed=1
         echo "fuzz/run.sh: $t failed; the end of $log:" >&2
         tail -40 "$log" >&2

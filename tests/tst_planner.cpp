@@ -369,6 +369,10 @@ void TestPlanner::jsonRoundTrip()
     QVERIFY_THROWS_EXCEPTION(InputError, deviceMapFromJson(R"({"a": "gpu"})", "m.json"));
     QVERIFY_THROWS_EXCEPTION(InputError, deviceMapFromJson(R"([1])", "m.json"));
     QVERIFY_THROWS_EXCEPTION(InputError, deviceMapFromJson(R"({"a": -1})", "m.json"));
+    // Found by fuzz_devicemap: "8888" was accepted, but its export (8888) was refused.
+    QVERIFY_THROWS_EXCEPTION(InputError, deviceMapFromJson(R"({"a": "8888"})", "m.json"));
+    QVERIFY_THROWS_EXCEPTION(InputError, deviceMapFromJson(R"({"a": 4096})", "m.json"));
+    QCOMPARE(deviceMapToJson(deviceMapFromJson(R"({"a": "cuda:4095"})", "m.json"), -1), std::string(R"({"a":4095})"));
 }
 
 void TestPlanner::validation()

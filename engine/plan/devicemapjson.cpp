@@ -9,6 +9,10 @@
 
 namespace stowage {
 
+namespace {
+constexpr int64_t kGpuLimit = 4096; // GPU indices in a map are below this
+} // namespace
+
 std::string deviceMapToJson(const DeviceMap& map, int indent)
 {
     nlohmann::ordered_json j = nlohmann::ordered_json::object();
@@ -35,13 +39,15 @@ DeviceMap deviceMapFromJson(const std::string& text, const std::string& path)
     for (auto it = j.begin(); it != j.end(); ++it) {
         const auto& v = it.value();
         std::optional<Device> d;
-        if (v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < 4096)
+        if (v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < kGpuLimit)
             d = Device::gpu(int(v.get<int64_t>()));
         else if (v.is_string())
             d = Device::parse(v.get<std::string>());
-        if (!d)
+        // "8888" parses as a GPU too, but its export (8888) would not import.
+        if (!d || (d->kind == Device::Gpu && d->index >= kGpuLimit))
             throw InputError(path, "module '" + it.key() + "' has device " + v.dump() +
-                                       ", expected a GPU index, \"cpu\" or \"disk\"");
+                                       ", expected a GPU index (0 to " + std::to_string(kGpuLimit - 1) +
+                                       "), \"cpu\" or \"disk\"");
         map.emplace_back(it.key(), *d);
     }
     return map;

@@ -208,6 +208,8 @@ int hardwareCommand(const std::vector<std::string>& argv)
                         hw.gpus[i].memoryBandwidth / 1e9, hw.gpus[i].h2dPinned / 1e9, hw.gpus[i].h2dPageable / 1e9);
         std::printf("  RAM    %s at %.1f GB/s, disk %.1f GB/s, CPU %.0f GFLOP/s\n", humanBytes(hw.ramBytes).c_str(),
                     hw.ramBandwidth / 1e9, hw.diskReadBandwidth / 1e9, hw.cpuFlops / 1e9);
+        if (!hw.sources.empty())
+            std::printf("  %s\n", hw.sources.c_str()); // which figures are measured, which assumed
     }
     return 0;
 }

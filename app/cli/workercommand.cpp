@@ -12,6 +12,7 @@
 #include "stowage/costmodel.h"
 #include "stowage/error.h"
 #include "stowage/kvcache.h"
+#include "stowage/mappedfile.h"
 #include "stowage/session.h"
 #include "stowage/tokenizer.h"
 
@@ -23,15 +24,155 @@
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
+#include <exception>
 #include <mutex>
+#include <new>
 #include <thread>
 #include <unistd.h>
 
 namespace stowage::cli {
 namespace {
 
+// Exit statuses WorkerClient turns into words (docs/worker-protocol.md): a
+// read of a memory-mapped file that had shrunk under it (SIGBUS), and an
+// allocation that failed where no request could report it.
+constexpr int kExitMappedFileShrank = 74;
+constexpr int kExitOutOfMemory = 75;
+
+// Async-signal-safe text: a fixed buffer filled with write-free appends.
+struct SignalLine {
+    char text[768];
+    size_t n = 0;
+    void add(const char* s)
+    {
+        while (*s && n < sizeof text - 1)
+            text[n++] = *s++;
+    }
+    void add(uint64_t v)
+    {
+        char digits[24];
+        int k = 0;
+        do {
+            digits[k++] = char('0' + v % 10);
+            v /= 10;
+        } while (v && k < 24);
+        while (k > 0 && n < sizeof text - 1)
+            text[n++] = digits[--k];
+    }
+};
+
+// All of `text` on stderr, with write(2) alone (async-signal-safe).
+void writeStderr(const char* text, size_t n)
+{
+    while (n > 0) {
+        const ssize_t w = ::write(STDERR_FILENO, text, n);
+        if (w <= 0)
+            break;
+        text += w;
+        n -= size_t(w);
+    }
+}
+
+// The last line of defence when a file shrinks between the session's size
+// check and a read (a truncation racing a running step): the fault lies in
+// a mapped file, so say which one on stderr and exit with a status the
+// client turns into a message. Any other SIGBUS keeps its default action.
+void onSigbus(int sig, siginfo_t* info, void*)
+{
+    char path[512];
+    MappedFault fault;
+    if (info && info->si_code > 0 && findMappedFile(info->si_addr, path, sizeof path, &fault)) {
+        SignalLine line;
+        line.add("stowage-cli worker: ");
+        line.add(path);
+        if (fault.currentSize == UINT64_MAX) {
+            line.add(": shrank below its mapped ");
+            line.add(fault.mappedSize);
+        } else {
+            line.add(": shrank from ");
+            line.add(fault.mappedSize);
+            line.add(" to ");
+            line.add(fault.currentSize);
+        }
+        line.add(" bytes while in use (SIGBUS reading byte ");
+        line.add(fault.offset);
+        line.add("); the worker stopped; reopen the checkpoint\n");
+        writeStderr(line.text, line.n);
+        ::_exit(kExitMappedFileShrank);
+    }
+    // Not a mapped file's fault: the default action (a core dump), at once
+    // for a signal sent with kill, else when the faulting access runs again.
+    ::signal(sig, SIG_DFL);
+    if (!info || info->si_code <= 0)
+        ::raise(sig);
+}
+
+// An exception no thread caught. Out of memory (a ulimit -v, a cgroup's
+// limit, or RAM overcommitted) gets its own status, so the window can say
+// so; anything else is reported and aborts as before.
+[[noreturn]] void onTerminate()
+{
+    static const char oom[] = "stowage-cli worker: out of memory (an allocation failed outside any request: "
+                              "std::bad_alloc); the worker stopped\n";
+    try {
+        if (std::exception_ptr e = std::current_exception())
+            std::rethrow_exception(e);
+    } catch (const std::bad_alloc&) {
+        writeStderr(oom, sizeof oom - 1);
+        ::_exit(kExitOutOfMemory);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "stowage-cli worker: terminated by an uncaught exception: %s\n", e.what());
+    } catch (...) {
+    }
+    std::abort();
+}
+
+void installFaultHandlers()
+{
+    std::set_terminate(onTerminate);
+    struct sigaction sa {};
+    sa.sa_sigaction = onSigbus;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGBUS, &sa, nullptr);
+    // A file size limit (ulimit -f) then fails a write with EFBIG, reported
+    // as a full disk is, instead of killing the worker.
+    std::signal(SIGXFSZ, SIG_IGN);
+}
+
 using ojson = nlohmann::ordered_json;
 using json = nlohmann::json;
+
+// The first line of a message (LibTorch appends its C++ backtrace).
+std::string firstLine(const char* text)
+{
+    const char* nl = std::strchr(text, '\n');
+    return nl ? std::string(text, size_t(nl - text)) : std::string(text);
+}
+
+// A failed allocation inside a request: the process may not have more
+// memory (RAM, ulimit -v, a cgroup's limit). LibTorch reports its own as
+// c10::Error "…can't allocate memory…".
+bool outOfMemory(const std::exception& e)
+{
+    return dynamic_cast<const std::bad_alloc*>(&e) != nullptr || std::strstr(e.what(), "can't allocate memory") ||
+           std::strstr(e.what(), "Cannot allocate memory");
+}
+
+// The last event of a job that threw something other than InputError or
+// Cancelled. `job`: "load", "generate" or "step".
+ojson failureEvent(const std::exception& e, const std::string& job)
+{
+    if (outOfMemory(e)) {
+        const char* doing = job == "load" ? "loading" : job == "generate" ? "generating" : "stepping";
+        return ojson{{"event", "error"},
+                     {"kind", "memory"},
+                     {"message", std::string("out of memory while ") + doing + ": the worker could not allocate more (" +
+                                     firstLine(e.what()) + "); what this request had allocated is released"}};
+    }
+    return ojson{{"event", "error"}, {"kind", "internal"}, {"message", e.what()}};
+}
 
 class Worker {
 public:
@@ -43,7 +184,9 @@ private:
     void emit(ojson event, const json& request = nullptr);
     void error(const std::string& kind, const std::string& message, const json& request);
     void handle(const std::string& line);
-    void startJob(const json& request, std::function<void()> job);
+    // Runs `job` on the job thread; what it returns (or the error it throws)
+    // is the job's last event, written once the worker is idle again.
+    void startJob(const json& request, std::function<ojson()> job);
     void joinJob();
     void shutdown();
 
@@ -81,10 +224,26 @@ private:
 
 void Worker::emit(ojson event, const json& request)
 {
-    if (!request.is_null())
-        event["request"] = request;
-    std::string line = event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    line.push_back('\n');
+    std::string line;
+    try {
+        if (!request.is_null())
+            event["request"] = request;
+        line = event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+        line.push_back('\n');
+    } catch (const std::bad_alloc&) {
+        // Out of memory while writing it: samples and trace can go; an
+        // answer is replaced by one that needs no memory.
+        const auto kind = event.find("event");
+        if (kind != event.end() && kind->is_string() && (*kind == "sample" || *kind == "trace"))
+            return;
+        static const char fallback[] =
+            "{\"event\":\"error\",\"kind\":\"memory\",\"message\":\"out of memory while writing an event\"}\n";
+        std::lock_guard<std::mutex> lock(m_outMutex);
+        if (!m_outBroken && (std::fwrite(fallback, 1, sizeof fallback - 1, stdout) != sizeof fallback - 1 ||
+                             std::fflush(stdout) != 0))
+            m_outBroken = true;
+        return;
+    }
     std::lock_guard<std::mutex> lock(m_outMutex);
     if (m_outBroken)
         return;
@@ -103,24 +262,32 @@ void Worker::joinJob()
         m_job.join();
 }
 
-void Worker::startJob(const json& request, std::function<void()> job)
+void Worker::startJob(const json& request, std::function<ojson()> job)
 {
     joinJob(); // the previous one has finished (m_busy was false)
     m_busy = true;
     m_jobRequest = request;
     m_job = std::thread([this, request, job = std::move(job)] {
+        ojson last;
         try {
-            job();
+            last = job();
         } catch (const InputError& e) {
-            error("input", e.what(), request);
+            last = ojson{{"event", "error"}, {"kind", "input"}, {"message", e.what()}};
         } catch (const Cancelled&) {
-            emit(ojson{{"event", "cancelled"}, {"what", jobName(m_jobKind)}}, request);
+            last = ojson{{"event", "cancelled"}, {"what", jobName(m_jobKind)}};
         } catch (const std::exception& e) {
-            error("internal", e.what(), request);
+            last = failureEvent(e, jobName(m_jobKind));
         }
-        flushTelemetry();
+        try {
+            flushTelemetry(); // the job's samples and trace arrive before its last event
+        } catch (const std::bad_alloc&) {
+        }
         m_jobKind = Idle;
         m_busy = false;
+        // Idle before the last event goes out: a client may send the next
+        // command the moment it reads `loaded` or `done`, and must not be
+        // told the worker is busy.
+        emit(std::move(last), request);
     });
 }
 
@@ -156,7 +323,12 @@ void Worker::pumpLoop()
         if (m_quit)
             break;
         lock.unlock();
-        flushTelemetry();
+        try {
+            flushTelemetry();
+        } catch (const std::bad_alloc&) {
+            // Short of memory (a load is taking it all): these samples are
+            // lost, the next ones say how many were missed.
+        }
         lock.lock();
     }
 }
@@ -219,8 +391,7 @@ void Worker::load(const json& cmd, const json& request)
             std::lock_guard<std::mutex> lock(m_sessionMutex);
             m_session = std::move(session);
         }
-        flushTelemetry();
-        emit(std::move(loaded), request);
+        return loaded;
     });
 }
 
@@ -255,8 +426,7 @@ void Worker::generate(const json& cmd, const json& request, bool oneStep)
         };
         GenerationResult r = oneStep ? s.step(prompt, so, gc.unitDelayMs / 1000.0, onToken)
                                      : s.generate(*prompt, so, onToken);
-        flushTelemetry(); // the step's trace arrives before its done
-        emit(doneEvent(r, text, s), request);
+        return doneEvent(r, text, s); // after the step's trace (startJob flushes it first)
     });
 }
 
@@ -342,6 +512,7 @@ void Worker::shutdown()
 int Worker::serve()
 {
     std::signal(SIGPIPE, SIG_IGN); // a vanished client shows as a failed write, not a signal
+    installFaultHandlers();
     emit(helloEvent());
     m_pump = std::thread([this] { pumpLoop(); });
     LineReader reader(STDIN_FILENO, kMaxLineBytes);

@@ -5,6 +5,7 @@
 #include <QFileInfo>
 #include <QJsonDocument>
 #include <QPointer>
+#include <QRegularExpression>
 #include <QTimer>
 
 #include <cstring>
@@ -180,10 +181,27 @@ void WorkerClient::readStderr()
         m_stderr = m_stderr.right(kMaxStderr);
 }
 
-QString WorkerClient::describeEnd(int exitCode, QProcess::ExitStatus status, bool userStopped, const QString& activity)
+QString WorkerClient::describeEnd(int exitCode, QProcess::ExitStatus status, bool userStopped, const QString& activity,
+                                  const QString& stderrTail)
 {
     QString what;
-    if (status == QProcess::NormalExit) {
+    if (status == QProcess::NormalExit && exitCode == kExitMappedFileShrank) {
+        // "stowage-cli worker: <file>: shrank from N to M bytes while in use (SIGBUS …)"
+        static const QRegularExpression line(QStringLiteral("stowage-cli worker: (.+): (shrank [^\\n(]*?) while in use"));
+        QRegularExpressionMatch m;
+        for (auto it = line.globalMatch(stderrTail); it.hasNext();)
+            m = it.next();
+        const QString file = m.hasMatch() ? tr("%1 %2").arg(m.captured(1), m.captured(2))
+                                          : tr("a memory-mapped checkpoint file shrank");
+        what = tr("the worker stopped (status %1): %2 on disk").arg(exitCode).arg(file);
+        what += activity.isEmpty() || userStopped ? tr(" while in use") : tr(" while %1").arg(activity);
+        return what + tr("; reopen the checkpoint");
+    }
+    if (status == QProcess::NormalExit && exitCode == kExitOutOfMemory) {
+        what = tr("the worker ran out of memory (status %1: an allocation failed; a memory limit such as ulimit -v "
+                  "or a cgroup's, or RAM itself, is too small for this plan)")
+                   .arg(exitCode);
+    } else if (status == QProcess::NormalExit) {
         what = exitCode == 0 ? tr("the worker exited") : tr("the worker exited with status %1").arg(exitCode);
     } else if (exitCode == SIGKILL) {
         what = tr("the worker was killed by signal 9 (SIGKILL: killed by hand, or by the kernel when memory ran out)");
@@ -200,7 +218,8 @@ QString WorkerClient::describeEnd(int exitCode, QProcess::ExitStatus status, boo
 void WorkerClient::finished(int exitCode, QProcess::ExitStatus status)
 {
     readStdout(); // the last complete lines
-    const QString description = describeEnd(exitCode, status, m_userStopped, m_lastActivity);
+    readStderr(); // the last words, which may name the file a SIGBUS came from
+    const QString description = describeEnd(exitCode, status, m_userStopped, m_lastActivity, m_stderr);
     emit ended(exitCode, status, description);
 }
 

@@ -35,9 +35,16 @@ public:
 
     QString lastActivity() const { return m_lastActivity; }
     QString stderrLog() const { return m_stderr; }
+    // The worker's exit status after a SIGBUS in a memory-mapped file that
+    // shrank under it; its stderr then names the file in one line.
+    static constexpr int kExitMappedFileShrank = 74;
+    // ...and after an allocation failed where no request could report it.
+    static constexpr int kExitOutOfMemory = 75;
     // One sentence for an ended worker: "the worker was killed by signal 9
-    // (SIGKILL: killed by hand, or by the kernel when memory ran out) while generating".
-    static QString describeEnd(int exitCode, QProcess::ExitStatus status, bool userStopped, const QString& activity);
+    // (SIGKILL: killed by hand, or by the kernel when memory ran out) while
+    // generating"; `stderrTail` gives the file a mapped-file fault names.
+    static QString describeEnd(int exitCode, QProcess::ExitStatus status, bool userStopped, const QString& activity,
+                               const QString& stderrTail = {});
 
 signals:
     void eventReceived(const QJsonObject& event); // every event, in order

@@ -41,6 +41,16 @@ struct Session::Impl {
         return j;
     }
     GenerationResult next(const SamplingOptions& sampling, const std::function<void(const TokenPiece&)>& onToken);
+
+    // Every shard the checkpoint maps still has its mapped size: reading a
+    // file that shrank under the mapping raises SIGBUS, so a load,
+    // generation or step on one fails first with a message naming it.
+    void checkMappedFiles() const
+    {
+        for (const Shard& s : checkpoint->shards())
+            if (s.map)
+                s.map->checkSize();
+    }
 };
 
 Session::Session(std::unique_ptr<Impl> impl) : m_impl(std::move(impl)) {}
@@ -84,7 +94,18 @@ std::unique_ptr<Session> Session::open(const SessionOptions& options, const Prog
     impl->telemetry = lo.telemetry ? lo.telemetry : std::make_shared<Telemetry>();
     impl->telemetry->startSampling(20); // samples during the load too
     lo.telemetry = impl->telemetry;
-    impl->model = Model::load(*impl->checkpoint, *impl->tree, lo, progress);
+    try {
+        impl->checkMappedFiles();
+        impl->model = Model::load(*impl->checkpoint, *impl->tree, lo, progress);
+        impl->checkMappedFiles(); // shrunk while loading, where nothing happened to read the lost part
+    } catch (...) {
+        // Nothing is loaded: the samples stop with the failure (the caller may hold the telemetry).
+        impl->model.reset();
+        impl->telemetry->stopSampling();
+        impl.reset();
+        malloc_trim(0); // as an unload does, so a failed load shows in RSS
+        throw;
+    }
     impl->model->setInterrupt(&impl->stop);
     impl->loadSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return std::unique_ptr<Session>(new Session(std::move(impl)));
@@ -184,6 +205,7 @@ GenerationResult Session::generate(const std::vector<int32_t>& prompt, const Sam
                                    const std::function<void(const TokenPiece&)>& onToken)
 {
     m_impl->stop = false;
+    m_impl->checkMappedFiles();
     m_impl->model->setUnitDelay(0);
     m_impl->context = prompt;
     m_impl->promptLength = prompt.size();
@@ -213,6 +235,7 @@ GenerationResult Session::step(const std::optional<std::vector<int32_t>>& prompt
 {
     Impl& d = *m_impl;
     d.stop = false;
+    d.checkMappedFiles();
     if (prompt) {
         d.context = *prompt;
         d.promptLength = prompt->size();

@@ -3,8 +3,13 @@
 #include "fixtures.h"
 #include "stowage/checkpoint.h"
 #include "stowage/error.h"
+#include "stowage/mappedfile.h"
 
 #include <QtTest>
+
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -55,6 +60,9 @@ private slots:
     void notACheckpointFile();
     void truncatedShardIsAnError();
     void sideFilesStayInside();
+    void shardShrunkWhileMappedIsNamed();
+    void shrinkSeenWithoutKeptDescriptor();
+    void faultAddressNamesTheMappedFile();
 };
 
 void TestCheckpoint::singleFileFolder()
@@ -203,6 +211,103 @@ void TestCheckpoint::sideFilesStayInside()
     QVERIFY(!ck.readSideFile("generation_config.json"));
     fs::create_symlink("/etc/hostname", d + "/vocab.json");
     QVERIFY_THROWS_EXCEPTION(InputError, ck.readSideFile("vocab.json"));
+}
+
+void TestCheckpoint::shardShrunkWhileMappedIsNamed()
+{
+    const size_t before = mappedFileCount();
+    auto d = dir("shrinks");
+    fixtures::writeSafetensorsFile(d + "/model.safetensors", small(), false);
+    const std::string file = d + "/model.safetensors";
+    const auto size = fs::file_size(file);
+    {
+        Checkpoint ck = Checkpoint::open(d);
+        const MappedFile& m = *ck.shards()[0].map;
+        QCOMPARE(mappedFileCount(), before + 1);
+        QCOMPARE(m.currentSize(), uint64_t(size));
+        m.checkSize(); // intact
+        // Grown is harmless: the mapped part is all still there.
+        { std::ofstream(file, std::ios::app) << "tail"; }
+        m.checkSize();
+        fs::resize_file(file, size / 2);
+        QCOMPARE(m.currentSize(), uint64_t(size / 2));
+        try {
+            m.checkSize();
+            QFAIL("no error");
+        } catch (const InputError& e) {
+            const QString expected = QString::fromStdString(file) +
+                                     QString(": shrank from %1 to %2 bytes while in use; reopen the checkpoint").arg(size).arg(size / 2);
+            QCOMPARE(QString(e.what()), expected);
+        }
+    }
+    QCOMPARE(mappedFileCount(), before); // the table forgets a mapping with its file
+    // A file replaced by a new one under the same name (a fresh download
+    // renamed over it) leaves the mapped one intact: no error.
+    fixtures::writeSafetensorsFile(file, small(), false);
+    Checkpoint ck = Checkpoint::open(d);
+    fixtures::writeBytes(d + "/new.safetensors", QByteArray(10, 'x'));
+    fs::rename(d + "/new.safetensors", file);
+    ck.shards()[0].map->checkSize();
+}
+
+void TestCheckpoint::shrinkSeenWithoutKeptDescriptor()
+{
+    // With few descriptors left the mapping closes its own, and the check
+    // falls back to the path while it still names the mapped file.
+    auto d = dir("fewfds");
+    const std::string file = d + "/model.safetensors";
+    fixtures::writeSafetensorsFile(file, small(), false);
+    const auto size = fs::file_size(file);
+    const int probe = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    QVERIFY(probe >= 0);
+    ::close(probe);
+    struct rlimit old {};
+    QCOMPARE(getrlimit(RLIMIT_NOFILE, &old), 0);
+    struct rlimit few = old;
+    few.rlim_cur = rlim_t(probe + 2); // room for this one open, not for keeping it
+    QCOMPARE(setrlimit(RLIMIT_NOFILE, &few), 0);
+    std::unique_ptr<MappedFile> m;
+    try {
+        m = std::make_unique<MappedFile>(file);
+    } catch (...) {
+    }
+    setrlimit(RLIMIT_NOFILE, &old);
+    QVERIFY(m);
+    const int next = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    QCOMPARE(next, probe); // the descriptor was not kept
+    ::close(next);
+    fs::resize_file(file, size - 8);
+    QCOMPARE(m->currentSize(), uint64_t(size - 8));
+    QVERIFY_THROWS_EXCEPTION(InputError, m->checkSize());
+    // Renamed away and replaced: the path no longer names the mapped file.
+    fs::rename(file, d + "/old.safetensors");
+    fixtures::writeBytes(file, QByteArray(4, 'x'));
+    QCOMPARE(m->currentSize(), m->size());
+}
+
+void TestCheckpoint::faultAddressNamesTheMappedFile()
+{
+    auto d = dir("fault");
+    fixtures::writeSafetensorsFile(d + "/model.safetensors", small(), false);
+    Checkpoint ck = Checkpoint::open(d);
+    const MappedFile& m = *ck.shards()[0].map;
+    char path[512];
+    MappedFault f;
+    QVERIFY(findMappedFile(m.data() + 100, path, sizeof path, &f));
+    QCOMPARE(QString(path), QString::fromStdString(m.path()));
+    QCOMPARE(f.offset, uint64_t(100));
+    QCOMPARE(f.mappedSize, m.size());
+    QCOMPARE(f.currentSize, m.size());
+    QVERIFY(findMappedFile(m.data() + m.size() - 1, path, sizeof path, &f));
+    QVERIFY(!findMappedFile(m.data() + m.size(), path, sizeof path, &f));
+    QVERIFY(!findMappedFile(&f, path, sizeof path, &f));
+    // A path longer than the buffer keeps its tail, the file name.
+    char shortBuf[16];
+    QVERIFY(findMappedFile(m.data(), shortBuf, sizeof shortBuf, nullptr));
+    QCOMPARE(QString(shortBuf), QString("del.safetensors"));
+    fs::resize_file(m.path(), 10);
+    QVERIFY(findMappedFile(m.data(), path, sizeof path, &f));
+    QCOMPARE(f.currentSize, uint64_t(10));
 }
 
 QTEST_APPLESS_MAIN(TestCheckpoint)

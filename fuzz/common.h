@@ -15,6 +15,8 @@
 #include <string_view>
 #include <vector>
 
+#include <cerrno>
+#include <csignal>
 #include <unistd.h>
 
 namespace fuzz {
@@ -40,7 +42,7 @@ inline std::vector<std::string> split(const uint8_t* data, size_t size, size_t m
 }
 
 // One folder per process under $TMPDIR (or /dev/shm when it exists: no disk
-// writes per execution), removed at exit.
+// writes per execution), removed at exit, or by the next fuzzer after a crash.
 class Scratch {
 public:
     static Scratch& get()
@@ -79,7 +81,19 @@ private:
             base = t;
         else if (access(base.c_str(), W_OK) != 0)
             base = "/tmp";
-        std::string tmpl = base + "/stowage-fuzz-XXXXXX";
+        // A crash ends the process without destructors: remove the folders
+        // of fuzzers that are gone (the name holds their process id).
+        std::error_code ec;
+        for (const auto& e : std::filesystem::directory_iterator(base, ec)) {
+            const std::string name = e.path().filename().string();
+            const std::string prefix = "stowage-fuzz-";
+            if (name.rfind(prefix, 0) != 0)
+                continue;
+            const long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
+            if (pid > 0 && kill(pid_t(pid), 0) != 0 && errno == ESRCH)
+                std::filesystem::remove_all(e.path(), ec);
+        }
+        std::string tmpl = base + "/stowage-fuzz-" + std::to_string(getpid()) + "-XXXXXX";
         if (!mkdtemp(tmpl.data()))
             std::abort();
         m_dir = tmpl;

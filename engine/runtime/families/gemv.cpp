@@ -1,164 +1,197 @@
 #include "gemv.h"
 
+#include "gemv_rows.h"
+
 #include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <atomic>
-
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
+#include <thread>
+#include <vector>
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#if STOWAGE_GEMV_X86
 #include <immintrin.h>
-#define STOWAGE_GEMV_X86 1
 #endif
 
 namespace stowage::arch {
 
 namespace {
 
-// Every kernel computes rows [r0, r1) of y (fp32 sums) for bf16 W [N, K] row-major.
-using RowsBf16 = void (*)(const uint16_t* w, const uint16_t* x, int64_t k, int64_t r0, int64_t r1, float* y);
-
-#ifdef STOWAGE_GEMV_X86
-// GCC 12's own intrinsics (_mm512_cvtepu16_epi32, _mm512_slli_epi32, ...)
-// start from _mm512_undefined_*(), which -Wmaybe-uninitialized flags once
-// inlined: a false positive in the compiler's headers, not in this code.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-
-// ---- AVX2 -------------------------------------------------------------------
-#define STOWAGE_AVX2 __attribute__((target("avx2,fma")))
-
-STOWAGE_AVX2 inline float hsum256(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-STOWAGE_AVX2 inline __m256 widen8(const uint16_t* p)
-{
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-inline float bf16ToFloat(uint16_t h)
-{
-    const uint32_t bits = uint32_t(h) << 16;
-    float f;
-    std::memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-// R rows at once share each load of x.
-template <int R>
-STOWAGE_AVX2 void rowsBf16Avx2R(const uint16_t* w, const uint16_t* x, int64_t k, int64_t r, float* y)
-{
-    __m256 acc[R];
-    for (int i = 0; i < R; ++i)
-        acc[i] = _mm256_setzero_ps();
-    int64_t j = 0;
-    for (; j + 8 <= k; j += 8) {
-        const __m256 xv = widen8(x + j);
-        for (int i = 0; i < R; ++i)
-            acc[i] = _mm256_fmadd_ps(widen8(w + (r + i) * k + j), xv, acc[i]);
-    }
-    for (int i = 0; i < R; ++i) {
-        float s = hsum256(acc[i]);
-        for (int64_t t = j; t < k; ++t)
-            s += bf16ToFloat(w[(r + i) * k + t]) * bf16ToFloat(x[t]);
-        y[r + i] = s;
-    }
-}
-STOWAGE_AVX2 void rowsBf16Avx2(const uint16_t* w, const uint16_t* x, int64_t k, int64_t r0, int64_t r1, float* y)
-{
-    int64_t r = r0;
-    for (; r + 4 <= r1; r += 4)
-        rowsBf16Avx2R<4>(w, x, k, r, y);
-    for (; r < r1; ++r)
-        rowsBf16Avx2R<1>(w, x, k, r, y);
-}
-#undef STOWAGE_AVX2
-
-// ---- AVX512-BF16: 32 bf16 pairs per instruction, products and sums in fp32.
-#define STOWAGE_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
-template <int R>
-STOWAGE_AVX512BF16 void rowsBf16DpR(const uint16_t* w, const uint16_t* x, int64_t k, int64_t r, float* y)
-{
-    __m512 acc[R];
-    for (int i = 0; i < R; ++i)
-        acc[i] = _mm512_setzero_ps();
-    int64_t j = 0;
-    for (; j + 32 <= k; j += 32) {
-        const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + j);
-        for (int i = 0; i < R; ++i)
-            acc[i] = _mm512_dpbf16_ps(acc[i], (__m512bh)_mm512_loadu_si512(w + (r + i) * k + j), xv);
-    }
-    if (j < k) {
-        const __mmask32 m = __mmask32((uint64_t(1) << (k - j)) - 1);
-        const __m512bh xv = (__m512bh)_mm512_maskz_loadu_epi16(m, x + j);
-        for (int i = 0; i < R; ++i)
-            acc[i] = _mm512_dpbf16_ps(acc[i], (__m512bh)_mm512_maskz_loadu_epi16(m, w + (r + i) * k + j), xv);
-    }
-    for (int i = 0; i < R; ++i)
-        y[r + i] = _mm512_reduce_add_ps(acc[i]);
-}
-STOWAGE_AVX512BF16 void rowsBf16Dp(const uint16_t* w, const uint16_t* x, int64_t k, int64_t r0, int64_t r1, float* y)
-{
-    int64_t r = r0;
-    for (; r + 4 <= r1; r += 4)
-        rowsBf16DpR<4>(w, x, k, r, y);
-    for (; r < r1; ++r)
-        rowsBf16DpR<1>(w, x, k, r, y);
-}
-#undef STOWAGE_AVX512BF16
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-
 bool cpuHas(GemvKernel k)
 {
+#if STOWAGE_GEMV_X86
     __builtin_cpu_init();
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512vl");
     switch (k) {
     case GemvKernel::None: return true;
-    case GemvKernel::Avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    case GemvKernel::Avx512Bf16:
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+    case GemvKernel::Avx2: return avx2;
+    case GemvKernel::Avx512: return avx512;
+    case GemvKernel::Avx512Bf16: return avx512 && __builtin_cpu_supports("avx512bf16");
     }
     return false;
-}
 #else
-bool cpuHas(GemvKernel k) { return k == GemvKernel::None; }
+    return k == GemvKernel::None;
 #endif
+}
 
-RowsBf16 bf16Rows(GemvKernel k)
+// The row kernel for W of `dtype` with an x of `xdtype` (fp32 or bf16), or
+// nullptr for at::mv.
+rows::Fn rowsFor(GemvKernel k, at::ScalarType dtype, at::ScalarType xdtype)
 {
-#ifdef STOWAGE_GEMV_X86
-    switch (k) {
-    case GemvKernel::Avx2: return rowsBf16Avx2;
-    case GemvKernel::Avx512Bf16: return rowsBf16Dp;
-    case GemvKernel::None: break;
+#if STOWAGE_GEMV_X86
+    if (k == GemvKernel::Avx512Bf16 && dtype == at::kBFloat16 && xdtype == at::kBFloat16)
+        return rows::bf16Dp;
+    const bool wide = k == GemvKernel::Avx512 || k == GemvKernel::Avx512Bf16;
+    if (wide || k == GemvKernel::Avx2) {
+        switch (dtype) {
+        case at::kFloat: return wide ? rows::f32Avx512 : rows::f32Avx2;
+        case at::kBFloat16: return wide ? rows::bf16Avx512 : rows::bf16Avx2;
+        case at::kHalf: return wide ? rows::f16Avx512 : rows::f16Avx2;
+        default: break;
+        }
     }
 #endif
-    (void)k;
+    (void)k, (void)dtype, (void)xdtype;
     return nullptr;
 }
 
+bool supportedDType(at::ScalarType dt) { return dt == at::kFloat || dt == at::kBFloat16 || dt == at::kHalf; }
+
 GemvKernel fromEnv(at::ScalarType dtype)
 {
+    const auto ks = gemvKernels(dtype);
     const char* env = std::getenv("STOWAGE_GEMV");
-    if (!env || !*env)
-        return gemvKernels(dtype).front();
-    for (GemvKernel k : {GemvKernel::None, GemvKernel::Avx2, GemvKernel::Avx512Bf16})
-        if (std::strcmp(env, gemvKernelName(k)) == 0 && cpuHas(k))
-            return k;
-    return gemvKernels(dtype).front(); // unknown or unsupported here: the default
+    if (env && *env)
+        for (GemvKernel k : ks)
+            if (std::strcmp(env, gemvKernelName(k)) == 0)
+                return k;
+    return ks.front(); // unset, unknown, or not for this dtype or CPU: the default
 }
+
+std::atomic<int>& chosen(at::ScalarType dtype)
+{
+    static std::atomic<int> f32{int(fromEnv(at::kFloat))};
+    static std::atomic<int> bf16{int(fromEnv(at::kBFloat16))};
+    static std::atomic<int> f16{int(fromEnv(at::kHalf))};
+    return dtype == at::kFloat ? f32 : dtype == at::kBFloat16 ? bf16 : f16;
+}
+
+inline void cpuRelax()
+{
+#if STOWAGE_GEMV_X86
+    _mm_pause();
+#endif
+}
+
+// The threads that stream W beside the caller. Not at::parallel_for: that is
+// a header template, parallel only where the including file is compiled
+// with OpenMP and LibTorch's own macros, and serial here (measured: one call,
+// 0-2, for two "threads"), so the kernels ran on one core. After a job each
+// helper spins for a short window before it sleeps: the next matrix of a
+// decode step follows within microseconds, and waking a sleeping thread costs
+// more than that in a VM. A second caller while a job runs (another model in
+// the same process) does its rows alone rather than wait.
+class Helpers {
+public:
+    using Job = void (*)(void* ctx, int worker);
+
+    static Helpers& instance()
+    {
+        static Helpers h;
+        return h;
+    }
+
+    // Runs job(ctx, w) for w = 0 .. threads-1, w = 0 on the calling thread.
+    void run(int threads, Job job, void* ctx)
+    {
+        std::unique_lock<std::mutex> busy(m_busy, std::try_to_lock);
+        if (!busy.owns_lock() || threads <= 1) {
+            for (int w = 0; w < std::max(1, threads); ++w)
+                job(ctx, w);
+            return;
+        }
+        grow(threads - 1);
+        m_job = job;
+        m_ctx = ctx;
+        m_wanted = threads - 1;
+        m_finished.store(0, std::memory_order_relaxed);
+        {
+            std::lock_guard<std::mutex> lock(m_mutex);
+            m_generation.fetch_add(1, std::memory_order_release);
+        }
+        m_wake.notify_all();
+        job(ctx, 0);
+        while (m_finished.load(std::memory_order_acquire) < m_wanted)
+            cpuRelax();
+    }
+
+    ~Helpers()
+    {
+        {
+            std::lock_guard<std::mutex> lock(m_mutex);
+            m_stop = true;
+            m_generation.fetch_add(1);
+        }
+        m_wake.notify_all();
+        for (auto& t : m_threads)
+            t.join();
+    }
+
+private:
+    void grow(int helpers)
+    {
+        while (int(m_threads.size()) < helpers) {
+            const int index = int(m_threads.size()) + 1;
+            // The generation before this job's: a thread that starts late
+            // still sees the job as new.
+            const uint64_t before = m_generation.load(std::memory_order_acquire);
+            m_threads.emplace_back([this, index, before] { loop(index, before); });
+        }
+    }
+
+    void loop(int index, uint64_t seen)
+    {
+        for (;;) {
+            const auto spinUntil = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
+            uint64_t g = m_generation.load(std::memory_order_acquire);
+            for (int i = 0; g == seen; ++i) {
+                cpuRelax();
+                if ((i & 255) == 255 && std::chrono::steady_clock::now() > spinUntil) {
+                    std::unique_lock<std::mutex> lock(m_mutex);
+                    m_wake.wait(lock, [&] { return m_generation.load(std::memory_order_acquire) != seen; });
+                }
+                g = m_generation.load(std::memory_order_acquire);
+            }
+            seen = g;
+            if (m_stop)
+                return;
+            if (index <= m_wanted) {
+                m_job(m_ctx, index);
+                m_finished.fetch_add(1, std::memory_order_release);
+            }
+        }
+    }
+
+    std::mutex m_busy;  // one job at a time
+    std::mutex m_mutex; // sleeping and waking
+    std::condition_variable m_wake;
+    std::vector<std::thread> m_threads;
+    std::atomic<uint64_t> m_generation{0};
+    std::atomic<int> m_finished{0};
+    Job m_job = nullptr;
+    void* m_ctx = nullptr;
+    int m_wanted = 0;
+    bool m_stop = false;
+};
 
 } // namespace
 
@@ -167,6 +200,7 @@ const char* gemvKernelName(GemvKernel k)
     switch (k) {
     case GemvKernel::None: return "none";
     case GemvKernel::Avx2: return "avx2";
+    case GemvKernel::Avx512: return "avx512";
     case GemvKernel::Avx512Bf16: return "avx512-bf16";
     }
     return "?";
@@ -174,29 +208,21 @@ const char* gemvKernelName(GemvKernel k)
 
 std::vector<GemvKernel> gemvKernels(at::ScalarType dtype)
 {
-    // fp32: OpenBLAS sgemv (at::mv) streams at the read bandwidth already;
-    // own AVX2/AVX-512 fp32 kernels measured no faster (docs/PERFORMANCE.md).
+    // Best first, as measured (docs/PERFORMANCE.md): the widest this CPU runs.
     std::vector<GemvKernel> out;
     if (dtype == at::kBFloat16 && cpuHas(GemvKernel::Avx512Bf16))
         out.push_back(GemvKernel::Avx512Bf16);
-    if (dtype == at::kBFloat16 && cpuHas(GemvKernel::Avx2))
+    if (supportedDType(dtype) && cpuHas(GemvKernel::Avx512))
+        out.push_back(GemvKernel::Avx512);
+    if (supportedDType(dtype) && cpuHas(GemvKernel::Avx2))
         out.push_back(GemvKernel::Avx2);
     out.push_back(GemvKernel::None);
     return out;
 }
 
-namespace {
-std::atomic<int>& chosen(at::ScalarType dtype)
-{
-    static std::atomic<int> f32{int(fromEnv(at::kFloat))};
-    static std::atomic<int> bf16{int(fromEnv(at::kBFloat16))};
-    return dtype == at::kFloat ? f32 : bf16;
-}
-} // namespace
-
 GemvKernel gemvKernelFor(at::ScalarType dtype)
 {
-    if (dtype != at::kFloat && dtype != at::kBFloat16)
+    if (!supportedDType(dtype))
         return GemvKernel::None;
     return GemvKernel(chosen(dtype).load(std::memory_order_relaxed));
 }
@@ -204,7 +230,7 @@ GemvKernel gemvKernelFor(at::ScalarType dtype)
 void overrideGemvKernel(at::ScalarType dtype, GemvKernel kernel)
 {
     const auto ks = gemvKernels(dtype);
-    if ((dtype == at::kFloat || dtype == at::kBFloat16) && std::find(ks.begin(), ks.end(), kernel) != ks.end())
+    if (supportedDType(dtype) && std::find(ks.begin(), ks.end(), kernel) != ks.end())
         chosen(dtype).store(int(kernel));
 }
 
@@ -212,38 +238,69 @@ at::Tensor gemvWith(GemvKernel kernel, const at::Tensor& w, const at::Tensor& x)
 {
     if (!cpuHas(kernel))
         throw std::invalid_argument(std::string("this CPU cannot run the ") + gemvKernelName(kernel) + " kernel");
-    if (kernel == GemvKernel::None || w.scalar_type() != at::kBFloat16)
-        return at::mv(w, x);
-    if (w.dim() != 2 || x.dim() != 1 || x.scalar_type() != at::kBFloat16 || w.size(1) != x.size(0) || !w.is_cpu() ||
-        !x.is_cpu())
-        throw std::invalid_argument("gemv: W [out, in] and x [in], both bf16 on the CPU");
-    const at::Tensor wc = w.contiguous(), xc = x.contiguous();
-    const int64_t n = wc.size(0), k = wc.size(1);
-    at::Tensor y = at::empty({n}, at::TensorOptions().dtype(at::kFloat));
-    float* yp = y.data_ptr<float>();
-    // Rows in chunks of ~64 KiB of W that the threads take in turn from a
-    // shared counter, not one fixed share each: on a busy machine a thread
-    // that loses its core holds up the others for one chunk, not for its
-    // whole share (measured: 2.4 GB/s for LibTorch's static split with two
-    // threads on two loaded cores, against 9.3 GB/s for one thread).
-    const int64_t rowBytes = k * int64_t(sizeof(uint16_t));
-    const int64_t chunk = std::max<int64_t>(4, ((int64_t(64) << 10) / std::max<int64_t>(1, rowBytes) + 3) / 4 * 4);
-    const int64_t chunks = (n + chunk - 1) / chunk;
-    const RowsBf16 f = bf16Rows(kernel);
-    const auto* wp = reinterpret_cast<const uint16_t*>(wc.data_ptr<at::BFloat16>());
-    const auto* xp = reinterpret_cast<const uint16_t*>(xc.data_ptr<at::BFloat16>());
-    std::atomic<int64_t> next{0};
-    auto work = [&] {
-        for (int64_t c = next.fetch_add(1, std::memory_order_relaxed); c < chunks;
-             c = next.fetch_add(1, std::memory_order_relaxed))
-            f(wp, xp, k, c * chunk, std::min(n, (c + 1) * chunk), yp);
-    };
-    const int64_t threads = std::min<int64_t>(at::get_num_threads(), chunks);
-    if (threads <= 1)
-        work();
-    else
-        at::parallel_for(0, threads, 1, [&](int64_t, int64_t) { work(); });
-    return y.to(at::kBFloat16);
+    const at::ScalarType wt = w.scalar_type(), xt = x.scalar_type();
+    if (w.dim() != 2 || x.dim() != 1 || w.size(1) != x.size(0) || !w.is_cpu() || !x.is_cpu() ||
+        !supportedDType(wt) || (xt != wt && xt != at::kFloat))
+        throw std::invalid_argument("gemv: W [out, in] (fp32, bf16 or fp16) and x [in] (fp32 or W's dtype), on the CPU");
+    // The kernels take fp32 x, but for the bf16 x bf16 products of vdpbf16ps.
+    const rows::Fn f = rowsFor(kernel, wt, xt);
+    const at::Tensor xin = f == rows::Fn(rows::bf16Dp) || xt == at::kFloat ? x.contiguous() : x.to(at::kFloat);
+    if (!f) {
+        if (wt == xt && wt != at::kHalf)
+            return at::mv(w, x);
+        return at::mv(w.to(at::kFloat), xin).to(xt);
+    }
+    const at::Tensor wc = w.contiguous();
+    at::Tensor y = at::empty({wc.size(0)}, at::TensorOptions().dtype(at::kFloat));
+    struct Work {
+        rows::Fn f;
+        const void *w, *x;
+        int64_t n, k, chunk, chunks;
+        float* y;
+        std::atomic<int64_t> next{0};
+    } work;
+    work.f = f;
+    work.w = wc.data_ptr();
+    work.x = xin.data_ptr();
+    work.n = wc.size(0);
+    work.k = wc.size(1);
+    work.y = y.data_ptr<float>();
+    // Rows in chunks the threads take in turn from a shared counter, not one
+    // fixed share each: on a busy machine a thread that loses its core holds
+    // up the others for one chunk, not for its whole share. Four chunks per
+    // thread, at least 256 KiB each: long runs for the prefetchers (64 KiB
+    // chunks streamed 20% slower than halves).
+    const int threads = std::max(1, at::get_num_threads());
+    const int64_t rowBytes = std::max<int64_t>(1, work.k * int64_t(wc.element_size()));
+    const int64_t minRows = (int64_t(256) << 10) / rowBytes;
+    work.chunk = std::max<int64_t>({4, minRows, work.n / (int64_t(threads) * 4)});
+    work.chunk = (work.chunk + 3) / 4 * 4;
+    work.chunks = (work.n + work.chunk - 1) / work.chunk;
+    Helpers::instance().run(int(std::min<int64_t>(threads, work.chunks)), [](void* ctx, int) {
+        auto& s = *static_cast<Work*>(ctx);
+        for (int64_t c = s.next.fetch_add(1, std::memory_order_relaxed); c < s.chunks;
+             c = s.next.fetch_add(1, std::memory_order_relaxed))
+            s.f(s.w, s.x, s.k, c * s.chunk, std::min(s.n, (c + 1) * s.chunk), s.y);
+    }, &work);
+    return xt == at::kFloat ? y : y.to(xt);
+}
+
+void widenInto(const at::Tensor& src, at::Tensor& dst)
+{
+    rows::WidenFn f = nullptr;
+#if STOWAGE_GEMV_X86
+    const bool wide = cpuHas(GemvKernel::Avx512), avx2 = cpuHas(GemvKernel::Avx2);
+    if (src.scalar_type() == at::kHalf && (wide || avx2))
+        f = wide ? rows::widenF16Avx512 : rows::widenF16Avx2;
+    if (src.scalar_type() == at::kBFloat16 && (wide || avx2))
+        f = wide ? rows::widenBf16Avx512 : rows::widenBf16Avx2;
+#endif
+    if (!f || !src.is_contiguous() || !dst.is_contiguous() || dst.scalar_type() != at::kFloat ||
+        src.numel() != dst.numel() || !src.is_cpu() || !dst.is_cpu()) {
+        dst.copy_(src.view(dst.sizes()));
+        return;
+    }
+    f(src.data_ptr(), dst.data_ptr<float>(), src.numel());
 }
 
 at::Tensor gemv(const at::Tensor& w, const at::Tensor& x) { return gemvWith(gemvKernelFor(w.scalar_type()), w, x); }

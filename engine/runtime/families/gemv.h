@@ -3,12 +3,15 @@
 // weight W stored [out, in], one token at a time. Decoding one token reads
 // every weight once, so this loop is the whole speed of CPU decode; it runs
 // at memory bandwidth only when the kernel streams W with wide loads on
-// every core. For fp32, OpenBLAS's sgemv (at::mv) does. LibTorch 1.13's bf16
-// mv does not (19-23% of the bandwidth bound here and on an AVX-512 Xeon; it
-// also rounds each product to bf16), so bf16 has the engine's own kernels,
-// picked at run time by what the CPU supports, with at::mv as the portable
-// fallback. Each is tested against double-precision sums (tst_gemv) and runs
-// in the family tests on whatever CPU runs them.
+// every core. The engine has its own kernels for fp32, bf16 and fp16 weights
+// (AVX2, AVX-512, AVX512-BF16), picked at run time by what the CPU supports,
+// with at::mv as the portable fallback; each is tested against
+// double-precision sums (tst_gemv) and runs in the family tests on whatever
+// CPU runs them. Why own kernels (docs/PERFORMANCE.md): LibTorch 1.13's bf16
+// mv streams at a quarter of the bandwidth and rounds each product to bf16,
+// it has no fp16 mv on the CPU at all, and OpenBLAS's sgemv, fast alone,
+// runs its own thread pool beside LibTorch's: on two cores the two pools
+// take turns yielding to each other in every decode step.
 #include <ATen/ATen.h>
 
 #include <string>
@@ -17,28 +20,35 @@
 namespace stowage::arch {
 
 enum class GemvKernel {
-    None,       // at::mv (OpenBLAS sgemv for fp32, LibTorch's own loop for bf16)
-    Avx2,       // bf16 widened to fp32 on load, FMA
-    Avx512Bf16, // bf16 pairs multiplied and summed in fp32 by vdpbf16ps
+    None,       // at::mv (fp16 and bf16-with-fp32-x widened to fp32 first)
+    Avx2,       // weights widened to fp32 on load, FMA (AVX2 + FMA + F16C)
+    Avx512,     // the same, 16 lanes (AVX-512 F/BW/VL)
+    Avx512Bf16, // bf16 x bf16 pairs multiplied and summed in fp32 by vdpbf16ps
 };
 
 const char* gemvKernelName(GemvKernel k);
-// Kernels this CPU can run for `dtype` (kFloat or kBFloat16), best first;
-// None is always last.
+// Kernels this CPU can run for weights of `dtype` (kFloat, kBFloat16, kHalf),
+// best first; None is always last.
 std::vector<GemvKernel> gemvKernels(at::ScalarType dtype);
-// The kernel gemv() uses for `dtype` on this CPU: the first of gemvKernels()
-// (each measured faster than at::mv, docs/PERFORMANCE.md), unless
-// STOWAGE_GEMV names another this CPU runs ("none", "avx2", "avx512-bf16").
+// The kernel gemv() uses for `dtype` on this CPU: the first of gemvKernels(),
+// unless STOWAGE_GEMV names another this CPU runs ("none", "avx2", "avx512",
+// "avx512-bf16"; one that does not apply to a dtype leaves its default).
 GemvKernel gemvKernelFor(at::ScalarType dtype);
 // Benchmarks: make gemv() use `kernel` for `dtype` from now on (None: at::mv),
 // to compare kernels in one process. Ignored when this CPU cannot run it.
 void overrideGemvKernel(at::ScalarType dtype, GemvKernel kernel);
 
-// y [out] = W [out, in] x [in], in x's dtype. bf16: fp32 sums rounded once at
-// the end; threads from LibTorch's pool. fp32: at::mv.
+// y [out] = W [out, in] x [in]. W is fp32, bf16 or fp16; x is fp32 or W's
+// dtype, and y comes back in x's dtype: fp32 sums, rounded once at the end.
+// Threads from LibTorch's pool.
 at::Tensor gemv(const at::Tensor& w, const at::Tensor& x);
 // The same with a given kernel (tests and benchmarks); throws when this CPU
-// cannot run it.
+// cannot run it. Avx512Bf16 with an fp32 x runs the Avx512 kernel (its
+// products need bf16 on both sides).
 at::Tensor gemvWith(GemvKernel kernel, const at::Tensor& w, const at::Tensor& x);
+
+// dst (fp32, contiguous) = src (fp16 or bf16, contiguous, as many
+// elements) widened: the engine's kernel where the CPU has one, else copy_.
+void widenInto(const at::Tensor& src, at::Tensor& dst);
 
 } // namespace stowage::arch

@@ -1,0 +1,73 @@
+// AVX2 + FMA + F16C row kernels (compiled with -mavx2 -mfma -mf16c; called
+// only when the CPU has them, see gemv.cpp). Tails go through a zero-padded
+// copy, so no load reads past a row's end.
+#include "gemv_rows.h"
+
+#include <immintrin.h>
+
+namespace {
+
+using stowage::arch::rows::Bf16;
+using stowage::arch::rows::F16;
+
+struct Isa {
+    using V = __m256;
+    static constexpr int N = 8;
+    static V zero() { return _mm256_setzero_ps(); }
+    static V add(V a, V b) { return _mm256_add_ps(a, b); }
+    static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+    static float sum(V v)
+    {
+        __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        return _mm_cvtss_f32(s);
+    }
+    static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+    static V load(const float* p) { return _mm256_loadu_ps(p); }
+    static V load(const Bf16* p)
+    {
+        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+    static V load(const F16* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+    // The first n (1..8) elements, the rest zero.
+    template <class T>
+    static V loadPart(const T* p, int n)
+    {
+        T buf[N] = {};
+        for (int i = 0; i < n; ++i)
+            buf[i] = p[i];
+        return load(buf);
+    }
+};
+
+} // namespace
+
+#include "gemv_isa.h"
+
+namespace stowage::arch::rows {
+
+void f32Avx2(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y)
+{
+    rowsOf<float>(w, x, k, r0, r1, y);
+}
+void bf16Avx2(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y)
+{
+    rowsOf<Bf16>(w, x, k, r0, r1, y);
+}
+void f16Avx2(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y)
+{
+    rowsOf<F16>(w, x, k, r0, r1, y);
+}
+
+void widenF16Avx2(const void* src, float* dst, int64_t n)
+{
+    widenAll<F16>(src, dst, n);
+}
+void widenBf16Avx2(const void* src, float* dst, int64_t n)
+{
+    widenAll<Bf16>(src, dst, n);
+}
+
+} // namespace stowage::arch::rows

@@ -1,0 +1,127 @@
+// AVX-512 row kernels (compiled with -mavx512f -mavx512bw -mavx512vl
+// -mavx512bf16 -mfma -mf16c; called only when the CPU has them, see
+// gemv.cpp). Tails are masked loads, which never touch the masked-off bytes.
+#include "gemv_rows.h"
+
+#include <immintrin.h>
+
+namespace {
+
+using stowage::arch::rows::Bf16;
+using stowage::arch::rows::F16;
+
+__m512 widenBf16(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
+__mmask16 first16(int n) { return __mmask16((1u << n) - 1); }
+
+struct Isa {
+    using V = __m512;
+    static constexpr int N = 16;
+    static V zero() { return _mm512_setzero_ps(); }
+    static V add(V a, V b) { return _mm512_add_ps(a, b); }
+    static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+    static float sum(V v) { return _mm512_reduce_add_ps(v); }
+    static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+    static V load(const float* p) { return _mm512_loadu_ps(p); }
+    static V load(const Bf16* p) { return widenBf16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+    static V load(const F16* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+    // The first n (1..16) elements, the rest zero.
+    static V loadPart(const float* p, int n) { return _mm512_maskz_loadu_ps(first16(n), p); }
+    static V loadPart(const Bf16* p, int n) { return widenBf16(_mm256_maskz_loadu_epi16(first16(n), p)); }
+    static V loadPart(const F16* p, int n) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(first16(n), p)); }
+};
+
+} // namespace
+
+#include "gemv_isa.h"
+
+namespace {
+
+// ---- AVX512-BF16: 32 bf16 pairs per vdpbf16ps, products and sums in fp32.
+__m512bh pairs(const uint16_t* p) { return (__m512bh)_mm512_loadu_si512(p); }
+__m512bh pairsPart(const uint16_t* p, int n)
+{
+    return (__m512bh)_mm512_maskz_loadu_epi16(__mmask32((uint64_t(1) << n) - 1), p);
+}
+__m512 dp(__m512 acc, __m512bh a, __m512bh b) { return _mm512_dpbf16_ps(acc, a, b); }
+
+void dp4(const uint16_t* w0, const uint16_t* x, int64_t k, float* y)
+{
+    const uint16_t* w1 = w0 + k;
+    const uint16_t* w2 = w1 + k;
+    const uint16_t* w3 = w2 + k;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    int64_t j = 0;
+    const char* next = reinterpret_cast<const char*>(w0 + 4 * k); // as in gemv_isa.h
+    for (; j + 64 <= k; j += 64, next += 512) {
+        prefetchBytes<512>(next);
+        const __m512bh x0 = pairs(x + j), x1 = pairs(x + j + 32);
+        a0 = dp(a0, pairs(w0 + j), x0);
+        a1 = dp(a1, pairs(w1 + j), x0);
+        a2 = dp(a2, pairs(w2 + j), x0);
+        a3 = dp(a3, pairs(w3 + j), x0);
+        b0 = dp(b0, pairs(w0 + j + 32), x1);
+        b1 = dp(b1, pairs(w1 + j + 32), x1);
+        b2 = dp(b2, pairs(w2 + j + 32), x1);
+        b3 = dp(b3, pairs(w3 + j + 32), x1);
+    }
+    for (; j < k; j += 32) {
+        const int n = k - j < 32 ? int(k - j) : 32;
+        const __m512bh x0 = pairsPart(x + j, n);
+        a0 = dp(a0, pairsPart(w0 + j, n), x0);
+        a1 = dp(a1, pairsPart(w1 + j, n), x0);
+        a2 = dp(a2, pairsPart(w2 + j, n), x0);
+        a3 = dp(a3, pairsPart(w3 + j, n), x0);
+    }
+    y[0] = _mm512_reduce_add_ps(_mm512_add_ps(a0, b0));
+    y[1] = _mm512_reduce_add_ps(_mm512_add_ps(a1, b1));
+    y[2] = _mm512_reduce_add_ps(_mm512_add_ps(a2, b2));
+    y[3] = _mm512_reduce_add_ps(_mm512_add_ps(a3, b3));
+}
+
+void dp1(const uint16_t* w0, const uint16_t* x, int64_t k, float* y)
+{
+    __m512 a0 = _mm512_setzero_ps();
+    for (int64_t j = 0; j < k; j += 32) {
+        const int n = k - j < 32 ? int(k - j) : 32;
+        a0 = dp(a0, pairsPart(w0 + j, n), pairsPart(x + j, n));
+    }
+    y[0] = _mm512_reduce_add_ps(a0);
+}
+
+} // namespace
+
+namespace stowage::arch::rows {
+
+void f32Avx512(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y)
+{
+    rowsOf<float>(w, x, k, r0, r1, y);
+}
+void bf16Avx512(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y)
+{
+    rowsOf<Bf16>(w, x, k, r0, r1, y);
+}
+void f16Avx512(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y)
+{
+    rowsOf<F16>(w, x, k, r0, r1, y);
+}
+void bf16Dp(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y)
+{
+    const auto* wp = static_cast<const uint16_t*>(w);
+    const auto* xp = static_cast<const uint16_t*>(x);
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4)
+        dp4(wp + r * k, xp, k, y + r);
+    for (; r < r1; ++r)
+        dp1(wp + r * k, xp, k, y + r);
+}
+
+void widenF16Avx512(const void* src, float* dst, int64_t n)
+{
+    widenAll<F16>(src, dst, n);
+}
+void widenBf16Avx512(const void* src, float* dst, int64_t n)
+{
+    widenAll<Bf16>(src, dst, n);
+}
+
+} // namespace stowage::arch::rows

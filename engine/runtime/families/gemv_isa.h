@@ -1,0 +1,116 @@
+#pragma once
+// The body of the widen-and-FMA row kernels, shared by gemv_avx2.cpp and
+// gemv_avx512.cpp. Each of them defines `struct Isa` (vector type, lane count,
+// loads that widen float / bf16 / fp16 to fp32, fma, sum) in an anonymous
+// namespace and then includes this file, so every function here is compiled
+// once per instruction set with that file's -m flags and has internal linkage
+// (nothing compiled for AVX-512 can be picked by the linker for another caller).
+//
+// Four rows at a time, two vectors of columns per step: eight independent
+// accumulators named one by one (an array of them was kept in memory by
+// GCC -O2, a chain through the stack that halved the speed), one load of x
+// shared by the four rows.
+#include "gemv_rows.h"
+
+#include <cstdint>
+#include <immintrin.h>
+
+namespace {
+
+using stowage::arch::rows::Bf16;
+using stowage::arch::rows::F16;
+
+// A hint for the `bytes` (a multiple of 64) at p, one cache line each. The
+// hardware prefetchers stop at page boundaries, and a row of 1024 fp32 is a
+// page: without the hint every block of four rows starts with four misses.
+template <int bytes>
+inline void prefetchBytes(const char* p)
+{
+    static_assert(bytes % 64 == 0, "whole cache lines");
+    for (int b = 0; b < bytes; b += 64)
+        _mm_prefetch(p + b, _MM_HINT_T0);
+}
+
+template <class T>
+void rows4(const T* w0, const float* x, int64_t k, float* y)
+{
+    using V = typename Isa::V;
+    constexpr int N = Isa::N;
+    const T* w1 = w0 + k;
+    const T* w2 = w1 + k;
+    const T* w3 = w2 + k;
+    V a0 = Isa::zero(), a1 = Isa::zero(), a2 = Isa::zero(), a3 = Isa::zero();
+    V b0 = Isa::zero(), b1 = Isa::zero(), b2 = Isa::zero(), b3 = Isa::zero();
+    int64_t j = 0;
+    // The next four rows lie right after these (one block of 4k elements):
+    // each step asks for as many bytes of them as it reads of these.
+    const char* next = reinterpret_cast<const char*>(w0 + 4 * k);
+    constexpr int stepBytes = 4 * 2 * N * int(sizeof(T));
+    for (; j + 2 * N <= k; j += 2 * N, next += stepBytes) {
+        prefetchBytes<stepBytes>(next);
+        const V x0 = Isa::load(x + j), x1 = Isa::load(x + j + N);
+        a0 = Isa::fma(Isa::load(w0 + j), x0, a0);
+        a1 = Isa::fma(Isa::load(w1 + j), x0, a1);
+        a2 = Isa::fma(Isa::load(w2 + j), x0, a2);
+        a3 = Isa::fma(Isa::load(w3 + j), x0, a3);
+        b0 = Isa::fma(Isa::load(w0 + j + N), x1, b0);
+        b1 = Isa::fma(Isa::load(w1 + j + N), x1, b1);
+        b2 = Isa::fma(Isa::load(w2 + j + N), x1, b2);
+        b3 = Isa::fma(Isa::load(w3 + j + N), x1, b3);
+    }
+    for (; j < k; j += N) {
+        const int n = k - j < N ? int(k - j) : N;
+        const V x0 = Isa::loadPart(x + j, n);
+        a0 = Isa::fma(Isa::loadPart(w0 + j, n), x0, a0);
+        a1 = Isa::fma(Isa::loadPart(w1 + j, n), x0, a1);
+        a2 = Isa::fma(Isa::loadPart(w2 + j, n), x0, a2);
+        a3 = Isa::fma(Isa::loadPart(w3 + j, n), x0, a3);
+    }
+    y[0] = Isa::sum(Isa::add(a0, b0));
+    y[1] = Isa::sum(Isa::add(a1, b1));
+    y[2] = Isa::sum(Isa::add(a2, b2));
+    y[3] = Isa::sum(Isa::add(a3, b3));
+}
+
+template <class T>
+void rows1(const T* w0, const float* x, int64_t k, float* y)
+{
+    using V = typename Isa::V;
+    constexpr int N = Isa::N;
+    V a0 = Isa::zero(), b0 = Isa::zero();
+    int64_t j = 0;
+    for (; j + 2 * N <= k; j += 2 * N) {
+        a0 = Isa::fma(Isa::load(w0 + j), Isa::load(x + j), a0);
+        b0 = Isa::fma(Isa::load(w0 + j + N), Isa::load(x + j + N), b0);
+    }
+    for (; j < k; j += N) {
+        const int n = k - j < N ? int(k - j) : N;
+        a0 = Isa::fma(Isa::loadPart(w0 + j, n), Isa::loadPart(x + j, n), a0);
+    }
+    y[0] = Isa::sum(Isa::add(a0, b0));
+}
+
+template <class T>
+void rowsOf(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y)
+{
+    const T* wp = static_cast<const T*>(w);
+    const float* xp = static_cast<const float*>(x);
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4)
+        rows4(wp + r * k, xp, k, y + r);
+    for (; r < r1; ++r)
+        rows1(wp + r * k, xp, k, y + r);
+}
+
+template <class T>
+void widenAll(const void* src, float* dst, int64_t n)
+{
+    const T* p = static_cast<const T*>(src);
+    int64_t i = 0;
+    for (; i + Isa::N <= n; i += Isa::N)
+        Isa::store(dst + i, Isa::load(p + i));
+    for (; i < n; ++i)
+        dst[i] = Isa::sum(Isa::loadPart(p + i, 1));
+}
+
+} // namespace

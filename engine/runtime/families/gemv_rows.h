@@ -1,0 +1,39 @@
+#pragma once
+// Row kernels for gemv.cpp, one translation unit per instruction set
+// (gemv_avx2.cpp, gemv_avx512.cpp, each compiled with its -m flags and called
+// only after a run-time CPU check). Each computes rows [r0, r1) of
+// y = W x for W [n, k] row-major, in fp32 sums. No LibTorch types here.
+#include <cstdint>
+
+namespace stowage::arch::rows {
+
+// Element types of W as stored (bits only; the kernels widen them).
+struct Bf16 {
+    uint16_t bits;
+};
+struct F16 {
+    uint16_t bits;
+};
+
+// x is fp32 for every kernel but the dot-product one, whose x is bf16.
+using Fn = void (*)(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y);
+
+// AVX2 + FMA + F16C: weights widened to fp32 on load.
+void f32Avx2(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y);
+void bf16Avx2(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y);
+void f16Avx2(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y);
+// AVX-512 (F/BW/VL): the same, 16 lanes, masked tails.
+void f32Avx512(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y);
+void bf16Avx512(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y);
+void f16Avx512(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y);
+// AVX512-BF16: bf16 pairs of W and of x multiplied and summed in fp32 (vdpbf16ps).
+void bf16Dp(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y);
+
+// n elements of fp16 or bf16 widened to fp32 (prefill's blocks, common.cpp).
+using WidenFn = void (*)(const void* src, float* dst, int64_t n);
+void widenF16Avx2(const void* src, float* dst, int64_t n);
+void widenBf16Avx2(const void* src, float* dst, int64_t n);
+void widenF16Avx512(const void* src, float* dst, int64_t n);
+void widenBf16Avx512(const void* src, float* dst, int64_t n);
+
+} // namespace stowage::arch::rows

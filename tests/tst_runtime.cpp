@@ -90,6 +90,8 @@ private slots:
     void cancelReleasesEverything();
     void fullDiskLeavesNoCompleteLookingFolder();
     void loadAddsNoMoreThanTheWeights();
+    void fp16WeightsStayFp16OnTheCpu_data();
+    void fp16WeightsStayFp16OnTheCpu();
     void telemetryRecordsTraffic();
     void generationIsReproducible();
     void baseModelSaveReadsDiskWeightsInPlace();
@@ -293,6 +295,65 @@ void TestRuntime::loadAddsNoMoreThanTheWeights()
             QVERIFY2(loaded > weights / 2 && loaded < weights + weights / 10 + 4'000'000, qPrintable(what));
         }
     }
+}
+
+void TestRuntime::fp16WeightsStayFp16OnTheCpu_data()
+{
+    QTest::addColumn<QString>("family");
+    QTest::newRow("gpt2 (Conv1D, LayerNorm, learned positions)") << "gpt2";
+    QTest::newRow("llama (Linear, RMSNorm, rotary)") << "llama";
+}
+
+void TestRuntime::fp16WeightsStayFp16OnTheCpu()
+{
+    // An fp16 checkpoint on the CPU is computed from its fp16 weights, used in
+    // place from the mapping (LibTorch 1.13 has no fp16 matmul on the CPU: the
+    // kernels widen each weight to fp32 as they read it, activations are
+    // fp32). Widening is exact, so the logits are those of the same weights
+    // converted to fp32 at load, up to the order of fp32 sums; and anonymous
+    // memory does not grow by the weights (it grew by twice their size when
+    // they were converted at load).
+    QFETCH(QString, family);
+    const std::string d = path("f16-" + family.toStdString());
+    fs::create_directories(d);
+    if (family == "gpt2") {
+        fixtures::Gpt2Shape s{8000, 64, 256, 12};
+        fixtures::writeRandomSafetensors(d + "/model.safetensors", fixtures::gpt2Tensors(s, DType::F16), 3);
+        nlohmann::json c = fixtures::gpt2Config(s, DType::F16);
+        c["n_head"] = 8;
+        fixtures::writeJson(d + "/config.json", c);
+    } else {
+        const fixtures::LlamaShape s{8000, 256, 688, 4, 8, 4, false};
+        fixtures::writeRandomSafetensors(d + "/model.safetensors", fixtures::llamaTensors(s, DType::F16), 3, 0.05f);
+        fixtures::writeJson(d + "/config.json", fixtures::llamaConfig(s, DType::F16));
+    }
+    const std::vector<float> widened = logitsFor(d, LoadOptions{}, DType::F32);
+
+    Checkpoint ck = Checkpoint::open(d);
+    ModuleTree tree = buildModuleTree(ck, DType::F16);
+    const uint64_t weights = tree.root().bytes; // in fp16
+    const uint64_t before = rssAnonBytes();
+    LoadOptions o;
+    o.dtype = DType::F16;
+    auto m = Model::load(ck, tree, o);
+    const uint64_t loaded = rssAnonBytes() - before;
+    std::vector<float> got = m->forward({5, 17, 3, 42, 8}, true);
+    for (int32_t t : {11, 7, 60}) {
+        auto step = m->forward({t});
+        got.insert(got.end(), step.begin(), step.end());
+    }
+    QCOMPARE(got.size(), widened.size());
+    float scale = 0, worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+        QVERIFY2(std::isfinite(got[i]), "a logit is not finite");
+        scale = std::max(scale, std::abs(widened[i]));
+        worst = std::max(worst, std::abs(got[i] - widened[i]));
+    }
+    QVERIFY2(scale > 0 && worst <= 1e-4f * scale,
+             qPrintable(QString("largest difference %1 for logits up to %2").arg(worst).arg(scale)));
+    QVERIFY2(loaded < weights / 4, qPrintable(QString("anonymous memory grew %1 loading %2 bytes of fp16 weights")
+                                                  .arg(loaded)
+                                                  .arg(weights)));
 }
 
 void TestRuntime::telemetryRecordsTraffic()

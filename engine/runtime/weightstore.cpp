@@ -1,5 +1,7 @@
 #include "weightstore.h"
 
+#include "families/gemv.h"
+
 #include "cudacopy.h"
 #include "torchtypes.h"
 
@@ -34,14 +36,20 @@ WeightStore::WeightStore(const Checkpoint& ck, const ModuleTree& tree, const Loa
     for (const auto& [k, d] : options.deviceMap)
         anyGpu = anyGpu || d.kind == Device::Gpu;
     DType dt = options.dtype ? *options.dtype : (tree.dtype() ? *tree.dtype() : DType::F32);
-    m_computeDType = toTorch(dt);
+    m_computeDType = m_weightDType = toTorch(dt);
     m_devices.push_back(RtDevice{Device::cpu(), at::Device(at::kCPU), false});
     m_exec = &m_devices.front();
     if (anyGpu)
         m_exec = &deviceFor(Device::gpu(0));
-    // LibTorch 1.13 has no half-precision matmul on the CPU.
-    if (m_exec->torch.is_cpu() && m_computeDType == at::kHalf)
+    // LibTorch 1.13 has no half-precision matmul on the CPU: fp16 weights are
+    // held as they are and the activations are fp32 (families/common.cpp),
+    // where this CPU has a kernel that widens them as it streams; without
+    // one (no AVX2, or STOWAGE_GEMV=none) they are widened once, at load.
+    if (m_exec->torch.is_cpu() && m_computeDType == at::kHalf) {
         m_computeDType = at::kFloat;
+        if (arch::gemvKernelFor(at::kHalf) == arch::GemvKernel::None)
+            m_weightDType = at::kFloat;
+    }
     for (const auto& b : options.gpuBudgets)
         if (b.device.kind == Device::Gpu)
             m_telemetry.setLimit(b.device.name(), uint64_t(b.bytes));
@@ -110,7 +118,7 @@ at::Tensor WeightStore::fromSource(const Slot& s) const
 bool WeightStore::usesInPlace(const Slot& s) const
 {
     return s.home.kind == Device::Cpu && s.keep && readsInPlace(s) &&
-           reinterpret_cast<uintptr_t>(s.src) % uintptr_t(at::elementSize(m_computeDType)) == 0 &&
+           reinterpret_cast<uintptr_t>(s.src) % uintptr_t(at::elementSize(m_weightDType)) == 0 &&
            !(m_exec->torch.is_cuda() && m_options.policy != ExecutionPolicy::AccelerateLike);
 }
 
@@ -121,7 +129,7 @@ bool WeightStore::readsInPlace(const Slot& s) const
 {
     const TensorInfo* t = s.tensor;
     return t && m_ck.shards()[size_t(t->shard)].format == WeightFormat::Safetensors &&
-           toTorch(t->dtype) == m_computeDType;
+           toTorch(t->dtype) == m_weightDType;
 }
 
 void WeightStore::load(const ProgressFn& progress)
@@ -139,7 +147,7 @@ void WeightStore::load(const ProgressFn& progress)
         slot->home = *home;
         slot->homeDev = &deviceFor(*home);
         slot->shape = p.shape;
-        slot->bytes = p.numel() * uint64_t(at::elementSize(m_computeDType));
+        slot->bytes = p.numel() * uint64_t(at::elementSize(m_weightDType));
         if (!p.duplicate) {
             if (p.tensor < 0)
                 throw InputError(m_ck.weightsPath(), "the checkpoint lacks '" + p.name + "', which running needs");
@@ -181,7 +189,7 @@ void WeightStore::load(const ProgressFn& progress)
                     continue;
                 }
                 try {
-                    s.resident = fromSource(s).to(s.homeDev->torch, m_computeDType, false, /*copy=*/true);
+                    s.resident = fromSource(s).to(s.homeDev->torch, m_weightDType, false, /*copy=*/true);
                 } catch (const c10::Error& e) {
                     throw InputError("device " + s.homeDev->label(),
                                      "cannot hold " + s.name + ": " + std::string(e.what_without_backtrace()));
@@ -198,12 +206,12 @@ void WeightStore::load(const ProgressFn& progress)
     if (needOffload) {
         if (m_options.offloadFolder.empty())
             throw InputError("offload folder", "the map sends weights to disk that must be converted to " +
-                                                   std::string(c10::toString(m_computeDType)) +
+                                                   std::string(c10::toString(m_weightDType)) +
                                                    " first; give an offload folder to write them to");
         m_offload = std::make_unique<OffloadFolder>(m_options.offloadFolder);
         m_offload->openExisting();
-        const DType target = m_computeDType == at::kBFloat16 ? DType::BF16
-                             : m_computeDType == at::kHalf   ? DType::F16
+        const DType target = m_weightDType == at::kBFloat16 ? DType::BF16
+                             : m_weightDType == at::kHalf   ? DType::F16
                                                              : DType::F32;
         bool wrote = false;
         for (auto& sp : m_slots) {
@@ -211,7 +219,7 @@ void WeightStore::load(const ProgressFn& progress)
             if (s.tiedTo || s.home.kind != Device::Disk || readsInPlace(s))
                 continue;
             if (!m_offload->has(s.name, target, s.shape)) {
-                at::Tensor c = fromSource(s).to(m_computeDType).contiguous();
+                at::Tensor c = fromSource(s).to(m_weightDType).contiguous();
                 m_offload->write(s.name, target, s.shape, c.data_ptr(), uint64_t(c.nbytes()));
                 wrote = true;
             }
@@ -284,7 +292,7 @@ void WeightStore::fetchInto(Unit& u, bool ahead)
         // tensor already, and asking the kernel to read ahead is the prefetch.
         // (Accelerate copies; the accelerate-like baseline keeps doing so.)
         if (!s.resident.defined() && u.device->device.kind == Device::Cpu &&
-            m_options.policy != ExecutionPolicy::AccelerateLike && toTorch(s.srcDType) == m_computeDType) {
+            m_options.policy != ExecutionPolicy::AccelerateLike && toTorch(s.srcDType) == m_weightDType) {
             readAhead(s.src, uint64_t(src.nbytes()));
             u.fetched[i] = src;
             m_telemetry.event({t0, m_telemetry.now(), TraceKind::Map, u.name, s.name, u.device->label(), 0});
@@ -294,9 +302,9 @@ void WeightStore::fetchInto(Unit& u, bool ahead)
         u.held[i] = s.bytes;
         try {
             if (m_options.policy == ExecutionPolicy::AccelerateLike)
-                u.fetched[i] = src.to(u.device->torch, m_computeDType, false, /*copy=*/true); // synchronous, pageable
+                u.fetched[i] = src.to(u.device->torch, m_weightDType, false, /*copy=*/true); // synchronous, pageable
             else
-                u.fetched[i] = cuda::copyTo(src, u.device->torch, m_computeDType, &u.events[i]);
+                u.fetched[i] = cuda::copyTo(src, u.device->torch, m_weightDType, &u.events[i]);
         } catch (const c10::Error& e) {
             m_telemetry.release(u.device->label(), s.bytes);
             u.held[i] = 0;

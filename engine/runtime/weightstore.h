@@ -32,7 +32,12 @@ public:
     ~WeightStore();
     void load(const ProgressFn& progress);
 
+    // The dtype activations are computed in, and the one weights are held in:
+    // the same but for fp16 on the CPU, where weights stay fp16 (read in place
+    // from the checkpoint, half the bytes per token) and the kernels widen
+    // them to fp32 as they stream (LibTorch 1.13 computes no fp16 on the CPU).
     at::ScalarType computeDType() const { return m_computeDType; }
+    at::ScalarType weightDType() const { return m_weightDType; }
     const RtDevice& execDevice() const { return *m_exec; }
     // The device a unit computes on: the GPU all its weights live on, else the execution device.
     const RtDevice& unitDevice(const std::string& unit) const;
@@ -90,6 +95,7 @@ private:
     LoadOptions m_options;
     Telemetry& m_telemetry;
     at::ScalarType m_computeDType = at::kFloat;
+    at::ScalarType m_weightDType = at::kFloat;
     std::deque<RtDevice> m_devices;
     RtDevice* m_exec = nullptr; // points into m_devices (a deque: stable addresses)
     std::unique_ptr<OffloadFolder> m_offload;

@@ -47,25 +47,80 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
     return at::matmul(probs, vv);
 }
 
+namespace {
+// A small weight (norm, bias) held in another dtype than the activations
+// (fp16 on the CPU, weightstore.h) is widened for the call.
+at::Tensor like(const at::Tensor& w, const at::Tensor& x)
+{
+    return w.defined() && w.scalar_type() != x.scalar_type() ? w.to(x.scalar_type()) : w;
+}
+bool gemvFits(const at::Tensor& x, const at::Tensor& w)
+{
+    const auto wt = w.scalar_type(), xt = x.scalar_type();
+    return x.dim() == 2 && x.size(0) == 1 && w.is_cpu() && w.dim() == 2 && w.is_contiguous() &&
+           (xt == wt || xt == at::kFloat) && (wt == at::kFloat || wt == at::kBFloat16 || wt == at::kHalf);
+}
+
+// x [T, in] times a large weight held narrower than x: widened a block of
+// ~8 MiB at a time into one reused buffer, each block multiplied as it comes.
+// Widening the whole matrix per call allocated its full fp32 size every
+// call (prefill ran at a sixth of fp32's speed here, most of it in page
+// faults). `inOut`: W is [in, out] (Conv1D), blocks are its columns.
+at::Tensor widenedProduct(const at::Tensor& x, const at::Tensor& w, bool inOut)
+{
+    const int64_t in = inOut ? w.size(0) : w.size(1), out = inOut ? w.size(1) : w.size(0);
+    const int64_t block = std::max<int64_t>(16, (int64_t(8) << 20) / (4 * std::max<int64_t>(1, in)));
+    thread_local at::Tensor scratch;
+    if (!scratch.defined() || scratch.numel() < block * in || scratch.scalar_type() != x.scalar_type())
+        scratch = at::empty({block * in}, x.options());
+    at::Tensor y = at::empty({x.size(0), out}, x.options());
+    for (int64_t o = 0; o < out; o += block) {
+        const int64_t n = std::min(block, out - o);
+        at::Tensor part = inOut ? w.narrow(1, o, n) : w.narrow(0, o, n);
+        at::Tensor wide = scratch.narrow(0, 0, n * in).view(inOut ? at::IntArrayRef{in, n} : at::IntArrayRef{n, in});
+        if (inOut)
+            wide.copy_(part);
+        else
+            widenInto(part, wide); // whole rows: contiguous
+        y.narrow(1, o, n).copy_(at::mm(x, inOut ? wide : wide.t()));
+    }
+    return y;
+}
+} // namespace
+
 at::Tensor dense(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b)
 {
     // One row on the CPU is a matrix-vector product (gemv.h): the engine's
-    // kernel for this CPU, else at::mv (OpenBLAS sgemv for fp32, 2.5x the
-    // one-row matmul).
-    if (x.dim() == 2 && x.size(0) == 1 && w.is_cpu() && w.dim() == 2 && x.scalar_type() == w.scalar_type() &&
-        (w.scalar_type() == at::kFloat || w.scalar_type() == at::kBFloat16)) {
-        at::Tensor y = w.is_contiguous() ? gemv(w, x[0]) : at::mv(w, x[0]);
-        return (b.defined() ? y + b : y).unsqueeze(0);
+    // kernel for this CPU, else at::mv.
+    if (gemvFits(x, w)) {
+        at::Tensor y = gemv(w, x[0]);
+        return (b.defined() ? y + like(b, y) : y).unsqueeze(0);
     }
-    return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
+    if (w.scalar_type() != x.scalar_type() && x.dim() == 2) {
+        at::Tensor y = widenedProduct(x, w, false);
+        return b.defined() ? y + like(b, y) : y;
+    }
+    return b.defined() ? at::linear(x, like(w, x), like(b, x)) : at::linear(x, like(w, x));
 }
 
 at::Tensor denseInOut(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b)
 {
-    if (x.dim() == 2 && x.size(0) == 1 && w.is_cpu() &&
-        (w.scalar_type() == at::kFloat || w.scalar_type() == at::kBFloat16))
+    // W is [in, out]: no row kernel; one row or many, the same product.
+    if (w.scalar_type() != x.scalar_type() && x.dim() == 2)
+        return widenedProduct(x, w, true) + like(b, x);
+    if (x.dim() == 2 && x.size(0) == 1 && w.is_cpu())
         return (at::mv(w.t(), x[0]) + b).unsqueeze(0);
     return at::addmm(b, x, w);
+}
+
+at::Tensor layerNorm(const at::Tensor& x, int64_t n, const at::Tensor& w, const at::Tensor& b, double eps)
+{
+    return at::layer_norm(x, {n}, like(w, x), like(b, x), eps);
+}
+
+at::Tensor embed(const at::Tensor& w, const at::Tensor& ids, at::ScalarType dtype)
+{
+    return at::embedding(w, ids).to(dtype);
 }
 
 std::pair<at::Tensor, at::Tensor> appendCache(LayerCache& c, const at::Tensor& k, const at::Tensor& v)

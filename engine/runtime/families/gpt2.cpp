@@ -44,16 +44,16 @@ public:
         at::Tensor idsOn = ids;
         {
             UnitScope u(m_store, "transformer.wte", idsOn);
-            h = at::embedding(u.w("weight"), idsOn[0]);
+            h = embed(u.w("weight"), idsOn[0], m_store.computeDType());
         }
         {
             UnitScope u(m_store, "transformer.wpe", h);
-            h = h + at::embedding(u.w("weight"), pos.to(u.device()));
+            h = h + embed(u.w("weight"), pos.to(u.device()), m_store.computeDType());
         }
         const int64_t hd = m_embd / m_heads;
         for (int64_t l = 0; l < m_layers; ++l) {
             UnitScope u(m_store, "transformer.h." + std::to_string(l), h);
-            at::Tensor a = at::layer_norm(h, {m_embd}, u.w("ln_1.weight"), u.w("ln_1.bias"), m_eps);
+            at::Tensor a = layerNorm(h, m_embd, u.w("ln_1.weight"), u.w("ln_1.bias"), m_eps);
             at::Tensor qkv = conv1d(a, u.w("attn.c_attn.weight"), u.w("attn.c_attn.bias"));
             auto parts = qkv.split(m_embd, -1);
             auto heads = [&](const at::Tensor& x) { return x.view({1, T, m_heads, hd}).transpose(1, 2); };
@@ -61,14 +61,14 @@ public:
             at::Tensor o = attention(heads(parts[0]), k, v, 1.0 / std::sqrt(double(hd)));
             o = o.transpose(1, 2).reshape({T, m_embd});
             h = h + conv1d(o, u.w("attn.c_proj.weight"), u.w("attn.c_proj.bias"));
-            at::Tensor m = at::layer_norm(h, {m_embd}, u.w("ln_2.weight"), u.w("ln_2.bias"), m_eps);
+            at::Tensor m = layerNorm(h, m_embd, u.w("ln_2.weight"), u.w("ln_2.bias"), m_eps);
             m = conv1d(m, u.w("mlp.c_fc.weight"), u.w("mlp.c_fc.bias"));
             m = m_act == "relu" ? at::relu(m) : m_act == "gelu" ? at::gelu(m) : geluNew(m);
             h = h + conv1d(m, u.w("mlp.c_proj.weight"), u.w("mlp.c_proj.bias"));
         }
         {
             UnitScope u(m_store, "transformer.ln_f", h);
-            h = at::layer_norm(h, {m_embd}, u.w("weight"), u.w("bias"), m_eps);
+            h = layerNorm(h, m_embd, u.w("weight"), u.w("bias"), m_eps);
         }
         UnitScope u(m_store, "lm_head", h);
         return dense(h, u.w("weight")).to(at::kFloat).cpu();

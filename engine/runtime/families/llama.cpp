@@ -60,7 +60,7 @@ public:
         at::Tensor h, idsOn = ids;
         {
             UnitScope u(m_store, "model.embed_tokens", idsOn);
-            h = at::embedding(u.w("weight"), idsOn[0]);
+            h = embed(u.w("weight"), idsOn[0], m_store.computeDType());
         }
         // cos/sin in float32, as LlamaRotaryEmbedding computes them
         at::Tensor pos = at::arange(past, past + T, at::kFloat);

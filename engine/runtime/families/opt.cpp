@@ -46,7 +46,7 @@ public:
         at::Tensor h, idsOn = ids;
         {
             UnitScope u(m_store, "model.decoder.embed_tokens", idsOn);
-            h = at::embedding(u.w("weight"), idsOn[0]);
+            h = embed(u.w("weight"), idsOn[0], m_store.computeDType());
         }
         if (m_proj) {
             UnitScope u(m_store, "model.decoder.project_in", h);
@@ -54,7 +54,7 @@ public:
         }
         {
             UnitScope u(m_store, "model.decoder.embed_positions", h);
-            h = h + at::embedding(u.w("weight"), at::arange(past + 2, past + 2 + T, at::kLong).to(u.device()));
+            h = h + embed(u.w("weight"), at::arange(past + 2, past + 2 + T, at::kLong).to(u.device()), m_store.computeDType());
         }
         for (int64_t l = 0; l < m_layers; ++l) {
             UnitScope u(m_store, "model.decoder.layers." + std::to_string(l), h);
@@ -62,7 +62,7 @@ public:
                 return m_bias ? dense(x, u.w(n + ".weight"), u.w(n + ".bias")) : dense(x, u.w(n + ".weight"));
             };
             auto ln = [&](const at::Tensor& x, const std::string& n) {
-                return m_affine ? at::layer_norm(x, {m_hidden}, u.w(n + ".weight"), u.w(n + ".bias"), 1e-5)
+                return m_affine ? layerNorm(x, m_hidden, u.w(n + ".weight"), u.w(n + ".bias"), 1e-5)
                                 : at::layer_norm(x, {m_hidden}, {}, {}, 1e-5);
             };
             at::Tensor residual = h;
@@ -84,7 +84,7 @@ public:
         }
         if (m_finalNorm) {
             UnitScope u(m_store, "model.decoder.final_layer_norm", h);
-            h = m_affine ? at::layer_norm(h, {m_hidden}, u.w("weight"), u.w("bias"), 1e-5)
+            h = m_affine ? layerNorm(h, m_hidden, u.w("weight"), u.w("bias"), 1e-5)
                          : at::layer_norm(h, {m_hidden}, {}, {}, 1e-5);
         }
         if (m_proj) {

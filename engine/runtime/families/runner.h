@@ -53,12 +53,17 @@ private:
 // Softmax attention over the cache: q [B,H,T,D], k/v [B,KV,S,D]; causal for
 // the T new positions that follow S-T cached ones. Grouped-query heads repeat.
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale);
-// y = x W^T (+ b) for W stored [out, in] (Linear). One fp32 or bf16 row at a
-// time (decoding) goes through a matrix-vector kernel (gemv.h), several times
-// faster than the matrix-matrix path for a single row.
+// y = x W^T (+ b) for W stored [out, in] (Linear). One row at a time
+// (decoding) goes through a matrix-vector kernel (gemv.h), several times
+// faster than the matrix-matrix path for a single row. W may be fp16 with an
+// fp32 x (fp16 weights on the CPU, weightstore.h).
 at::Tensor dense(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {});
 // y = x W + b for W stored [in, out] (GPT-2's Conv1D).
 at::Tensor denseInOut(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b);
+// LayerNorm over the last n features; weights in another dtype than x are widened.
+at::Tensor layerNorm(const at::Tensor& x, int64_t n, const at::Tensor& w, const at::Tensor& b, double eps);
+// Rows of an embedding table in the activations' dtype (WeightStore::computeDType).
+at::Tensor embed(const at::Tensor& w, const at::Tensor& ids, at::ScalarType dtype);
 // Appends k/v to the layer's cache and returns the full ones.
 std::pair<at::Tensor, at::Tensor> appendCache(LayerCache& c, const at::Tensor& k, const at::Tensor& v);
 

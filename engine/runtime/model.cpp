@@ -10,24 +10,6 @@
 
 namespace stowage {
 
-const char* policyName(ExecutionPolicy p)
-{
-    switch (p) {
-    case ExecutionPolicy::AccelerateLike: return "accelerate-like";
-    case ExecutionPolicy::Prefetch: return "prefetch";
-    case ExecutionPolicy::ComputeWhereItLives: return "compute-where-it-lives";
-    }
-    return "?";
-}
-
-std::optional<ExecutionPolicy> policyFromName(const std::string& n)
-{
-    for (auto p : {ExecutionPolicy::AccelerateLike, ExecutionPolicy::Prefetch, ExecutionPolicy::ComputeWhereItLives})
-        if (n == policyName(p))
-            return p;
-    return std::nullopt;
-}
-
 struct Model::Impl {
     std::shared_ptr<Telemetry> telemetryPtr;
     Telemetry& telemetry;

@@ -5,6 +5,7 @@
 #include "stowage/hardware.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,10 @@ namespace stowage {
 // Prefetch: copies from pinned memory overlap compute. ComputeWhereItLives:
 // CPU-resident layers run on the CPU instead of being copied.
 enum class ExecutionPolicy { AccelerateLike, Prefetch, ComputeWhereItLives };
+// "accelerate-like", "prefetch", "compute-where-it-lives" (the CLI's and the
+// worker's --policy, the GUI's menu).
+const char* policyName(ExecutionPolicy p);
+std::optional<ExecutionPolicy> policyFromName(const std::string& name);
 
 struct DeviceShare {
     Device device;

@@ -25,9 +25,6 @@ std::string runtimeDescription();
 bool cudaAvailable();
 // The model_types run() can execute.
 std::vector<std::string> runnableModelTypes();
-// "accelerate-like", "prefetch", "compute-where-it-lives".
-const char* policyName(ExecutionPolicy p);
-std::optional<ExecutionPolicy> policyFromName(const std::string& name);
 
 // Return false to cancel; `fraction` is 0..1.
 using ProgressFn = std::function<bool(double fraction, const std::string& what)>;

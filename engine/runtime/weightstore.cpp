@@ -301,7 +301,9 @@ void WeightStore::fetchInto(Unit& u, bool ahead)
         m_telemetry.allocate(u.device->label(), s.bytes, s.name);
         u.held[i] = s.bytes;
         try {
-            if (m_options.policy == ExecutionPolicy::AccelerateLike)
+            if (u.device->simulated)
+                u.fetched[i] = pooledCopy(src, *u.device);
+            else if (m_options.policy == ExecutionPolicy::AccelerateLike)
                 u.fetched[i] = src.to(u.device->torch, m_weightDType, false, /*copy=*/true); // synchronous, pageable
             else
                 u.fetched[i] = cuda::copyTo(src, u.device->torch, m_weightDType, &u.events[i]);
@@ -434,12 +436,45 @@ void WeightStore::enter(const std::string& name)
 void WeightStore::dropFetched(Unit& u)
 {
     for (size_t i = 0; i < u.fetched.size(); ++i) {
-        if (u.held[i])
+        if (u.held[i]) {
             m_telemetry.release(u.device->label(), u.held[i]);
+            if (u.device->simulated)
+                returnToPool(*u.device, std::move(u.fetched[i]));
+        }
         u.held[i] = 0;
         u.fetched[i] = at::Tensor();
     }
     u.ready = false;
+}
+
+at::Tensor WeightStore::pooledCopy(const at::Tensor& src, const RtDevice& dev)
+{
+    // Kept whole, shape and all: a view of a flat buffer would hold a second
+    // reference to it (its autograd base) and never look free again.
+    at::Tensor out;
+    {
+        std::lock_guard<std::mutex> lock(m_poolMutex);
+        auto it = m_pool.find({&dev, int(m_weightDType), src.sizes().vec()});
+        if (it != m_pool.end() && !it->second.empty()) {
+            out = std::move(it->second.back());
+            it->second.pop_back();
+        }
+    }
+    if (!out.defined())
+        out = at::empty(src.sizes(), at::TensorOptions().dtype(m_weightDType).device(dev.torch));
+    out.copy_(src);
+    return out;
+}
+
+void WeightStore::returnToPool(const RtDevice& dev, at::Tensor t)
+{
+    // Only a buffer nothing else holds (a unit's output may alias a weight).
+    if (!t.defined() || t.is_view() || t.storage().use_count() != 1)
+        return;
+    std::lock_guard<std::mutex> lock(m_poolMutex);
+    auto& free = m_pool[{&dev, int(t.scalar_type()), t.sizes().vec()}];
+    if (free.size() < 4) // two units in flight need two of each shape
+        free.push_back(std::move(t));
 }
 
 void WeightStore::releaseAll()
@@ -450,6 +485,8 @@ void WeightStore::releaseAll()
     for (auto& [name, u] : m_units)
         dropFetched(u);
     m_current = nullptr;
+    std::lock_guard<std::mutex> pool(m_poolMutex);
+    m_pool.clear();
 }
 
 void WeightStore::leave(const std::string& name)

@@ -79,6 +79,12 @@ private:
         bool ready = false;      // fetched (by enter or the prefetcher) and not yet released
         bool needsFetch = false; // some weight is not resident on `device`
     };
+    // Copies on a simulated GPU go into buffers kept from earlier units of
+    // the same size, as the CUDA caching allocator does on a real one:
+    // fresh memory costs a page fault per 4 KiB on first touch (~0.15 GB/s
+    // in a VM here), which no GPU copy pays.
+    at::Tensor pooledCopy(const at::Tensor& src, const RtDevice& dev);
+    void returnToPool(const RtDevice& dev, at::Tensor t);
     bool readsInPlace(const Slot& s) const;
     bool usesInPlace(const Slot& s) const; // a CPU-resident weight kept as a view of the mapping
     bool cpuIsFaster() const;
@@ -96,6 +102,8 @@ private:
     Telemetry& m_telemetry;
     at::ScalarType m_computeDType = at::kFloat;
     at::ScalarType m_weightDType = at::kFloat;
+    std::mutex m_poolMutex; // the prefetcher takes, the compute thread returns
+    std::map<std::tuple<const RtDevice*, int, std::vector<int64_t>>, std::vector<at::Tensor>> m_pool;
     std::deque<RtDevice> m_devices;
     RtDevice* m_exec = nullptr; // points into m_devices (a deque: stable addresses)
     std::unique_ptr<OffloadFolder> m_offload;

@@ -229,6 +229,12 @@ void TestCostModel::cpuReadsDiskInPlace()
     QVERIFY(near(disk(ExecutionPolicy::Prefetch).seconds, 2e9 / 50e9));
     QCOMPARE(disk(ExecutionPolicy::Prefetch).bottleneck, std::string("RAM read"));
     QVERIFY(near(disk(ExecutionPolicy::AccelerateLike).seconds, 2e9 / 20e9 + 2e9 / 50e9));
+    // Copies into fresh memory, where measured slower, cost that rate.
+    p.freshCopyBandwidth = 1e9;
+    QVERIFY(near(disk(ExecutionPolicy::AccelerateLike).seconds, 2e9 / 1e9 + 2e9 / 50e9));
+    QCOMPARE(disk(ExecutionPolicy::AccelerateLike).bottleneck, std::string("copy into fresh memory"));
+    QVERIFY(near(disk(ExecutionPolicy::Prefetch).seconds, 2e9 / 50e9)); // in place: no copy at all
+    p.freshCopyBandwidth = 0;
     p.ramBytes = 2 * kGB; // 3 GB do not fit: cold
     QVERIFY(near(disk(ExecutionPolicy::Prefetch).seconds, 2e9 / 3e9));
     QCOMPARE(disk(ExecutionPolicy::Prefetch).bottleneck, std::string("disk read"));
@@ -449,6 +455,8 @@ void TestCostModel::measuresThisMachinePlausibly()
         QCOMPARE(q.cpuGemvF32, p.cpuGemvF32);
         QCOMPARE(q.cpuGemvBf16, p.cpuGemvBf16);
         QCOMPARE(q.pageCacheReadBandwidth, p.pageCacheReadBandwidth);
+        QVERIFY(p.freshCopyBandwidth > 1e7 && p.freshCopyBandwidth < 1e13);
+        QCOMPARE(q.freshCopyBandwidth, p.freshCopyBandwidth);
     }
     QVERIFY(p.name.find("GB RAM") != std::string::npos);
     for (const auto& g : p.gpus)

@@ -169,6 +169,9 @@ CostEstimate estimateDecode(const std::vector<std::pair<Device, uint64_t>>& plac
         const Cost cached{bytes / cacheRate, "page-cache read"};
         if (!execGpu && policy != ExecutionPolicy::AccelerateLike) // in place from the mapping
             return warm ? cpuCompute(bytes, flops) : overlap({drive, cpuCompute(bytes, flops)});
+        if (!execGpu && warm && profile.freshCopyBandwidth > 0) // a new CPU tensor per weight per token
+            return then({bytes / std::min(cacheRate, profile.freshCopyBandwidth), "copy into fresh memory"},
+                        cpuCompute(bytes, flops));
         return then(warm ? cached : drive, ramResident(bytes, flops)); // copied out, then as RAM-resident
     };
 

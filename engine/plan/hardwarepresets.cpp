@@ -134,6 +134,8 @@ std::string profileToJson(const HardwareProfile& p)
     j["cpuFlops"] = p.cpuFlops;
     if (p.pageCacheReadBandwidth > 0)
         j["pageCacheReadBandwidth"] = p.pageCacheReadBandwidth;
+    if (p.freshCopyBandwidth > 0)
+        j["freshCopyBandwidth"] = p.freshCopyBandwidth;
     if (p.cpuGemvF32 > 0)
         j["cpuGemvF32"] = p.cpuGemvF32;
     if (p.cpuGemvBf16 > 0)
@@ -235,7 +237,7 @@ HardwareProfile profileFromJson(const std::string& text, const std::string& path
     }
     const ObjectReader top(j, path, "",
                            {"name", "simulated", "ramBytes", "ramBandwidth", "diskReadBandwidth", "cpuFlops", "gpus",
-                            "pageCacheReadBandwidth", "cpuGemvF32", "cpuGemvBf16", "sources"});
+                            "pageCacheReadBandwidth", "freshCopyBandwidth", "cpuGemvF32", "cpuGemvBf16", "sources"});
     HardwareProfile p;
     p.name = top.text("name");
     p.ramBytes = top.bytes("ramBytes");
@@ -244,6 +246,8 @@ HardwareProfile profileFromJson(const std::string& text, const std::string& path
     p.cpuFlops = top.positive("cpuFlops");
     if (j.contains("pageCacheReadBandwidth"))
         p.pageCacheReadBandwidth = top.positive("pageCacheReadBandwidth");
+    if (j.contains("freshCopyBandwidth"))
+        p.freshCopyBandwidth = top.positive("freshCopyBandwidth");
     if (j.contains("cpuGemvF32"))
         p.cpuGemvF32 = top.positive("cpuGemvF32");
     if (j.contains("cpuGemvBf16"))

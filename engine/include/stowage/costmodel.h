@@ -26,7 +26,7 @@ struct DeviceShare {
     uint64_t weightBytes = 0; // weights resident there
     double seconds = 0;       // its part of one decode step
     double share = 0;         // seconds / total
-    std::string bottleneck;   // "HBM read", "PCIe pageable copy", "PCIe pinned copy", "disk read", "page-cache read", "RAM read", "compute"
+    std::string bottleneck;   // "HBM read", "PCIe pageable copy", "PCIe pinned copy", "disk read", "page-cache read", "copy into fresh memory", "RAM read", "compute"
 };
 
 struct CostEstimate {

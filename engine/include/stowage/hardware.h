@@ -28,6 +28,12 @@ struct HardwareProfile {
     // bytes/s reading a file the page cache already holds (a copy out of the
     // cache, as read() or Accelerate's offload does); 0: half of ramBandwidth.
     double pageCacheReadBandwidth = 0;
+    // bytes/s of the same copy into memory mapped fresh for it: a new tensor
+    // per copy, as Accelerate's CPU offload makes one per weight per token.
+    // Each new page costs a fault on first touch, which dominates in a VM
+    // (0.3-1 GB/s here against 35 GB/s reused). 0: not measured, as
+    // pageCacheReadBandwidth.
+    double freshCopyBandwidth = 0;
     // Bytes/s of weights a matrix-vector product streams on all cores (CPU
     // decoding's inner loop) in fp32 and bf16; 0: not measured, as RAM read.
     double cpuGemvF32 = 0;

@@ -31,7 +31,7 @@ using ProgressFn = std::function<bool(double fraction, const std::string& what)>
 
 struct LoadOptions {
     DeviceMap deviceMap{{"", Device::cpu()}};
-    std::optional<DType> dtype;   // compute dtype; default: the checkpoint's (fp16 becomes fp32 on CPU)
+    std::optional<DType> dtype;   // weights' dtype; default: the checkpoint's (fp16 on the CPU: fp16 weights, fp32 activations)
     std::string offloadFolder;    // needed when disk tensors cannot be read from the original files
     bool simulateGpus = false;    // GPUs in the map become budgeted pools of CPU memory
     Budgets gpuBudgets;           // limits enforced on (simulated) GPUs

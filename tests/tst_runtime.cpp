@@ -36,6 +36,17 @@ uint64_t rssAnonBytes()
     return 0;
 }
 
+// Logits of a 5-token prompt and three decode steps through the KV cache.
+std::vector<float> promptAndSteps(Model& m)
+{
+    std::vector<float> all = m.forward({5, 17, 3, 42, 8}, true);
+    for (int32_t t : {11, 7, 60}) {
+        auto step = m.forward({t});
+        all.insert(all.end(), step.begin(), step.end());
+    }
+    return all;
+}
+
 std::vector<float> logitsFor(const std::string& dir, const LoadOptions& o, std::optional<DType> dt = std::nullopt)
 {
     Checkpoint ck = Checkpoint::open(dir);
@@ -43,12 +54,18 @@ std::vector<float> logitsFor(const std::string& dir, const LoadOptions& o, std::
     LoadOptions lo = o;
     lo.dtype = dt ? dt : tree.dtype();
     auto m = Model::load(ck, tree, lo);
-    std::vector<float> all = m->forward({5, 17, 3, 42, 8}, true);
-    for (int32_t t : {11, 7, 60}) { // decode steps through the KV cache
-        auto step = m->forward({t});
-        all.insert(all.end(), step.begin(), step.end());
-    }
-    return all;
+    return promptAndSteps(*m);
+}
+
+// A GPT-2 of ~48 MB in fp32 (8000 x 64 vocabulary, 12 layers), stored in `dt`.
+void writeGpt2Big(const std::string& d, DType dt)
+{
+    fs::create_directories(d);
+    fixtures::Gpt2Shape s{8000, 64, 256, 12};
+    fixtures::writeRandomSafetensors(d + "/model.safetensors", fixtures::gpt2Tensors(s, dt), 3);
+    nlohmann::json c = fixtures::gpt2Config(s, dt);
+    c["n_head"] = 8;
+    fixtures::writeJson(d + "/config.json", c);
 }
 
 bool bitIdentical(const std::vector<float>& a, const std::vector<float>& b)
@@ -267,12 +284,7 @@ void TestRuntime::loadAddsNoMoreThanTheWeights()
     // not twice.
     for (DType stored : {DType::F32, DType::BF16}) {
         const std::string d = path(stored == DType::F32 ? "gpt2-big" : "gpt2-big-bf16");
-        fs::create_directories(d);
-        fixtures::Gpt2Shape s{8000, 64, 256, 12};
-        fixtures::writeRandomSafetensors(d + "/model.safetensors", fixtures::gpt2Tensors(s, stored), 3);
-        nlohmann::json c = fixtures::gpt2Config(s, stored);
-        c["n_head"] = 8;
-        fixtures::writeJson(d + "/config.json", c);
+        writeGpt2Big(d, stored);
         Checkpoint ck = Checkpoint::open(d);
         ModuleTree tree = buildModuleTree(ck, DType::F32);
         const uint64_t weights = tree.root().bytes; // in fp32
@@ -315,14 +327,10 @@ void TestRuntime::fp16WeightsStayFp16OnTheCpu()
     // they were converted at load).
     QFETCH(QString, family);
     const std::string d = path("f16-" + family.toStdString());
-    fs::create_directories(d);
     if (family == "gpt2") {
-        fixtures::Gpt2Shape s{8000, 64, 256, 12};
-        fixtures::writeRandomSafetensors(d + "/model.safetensors", fixtures::gpt2Tensors(s, DType::F16), 3);
-        nlohmann::json c = fixtures::gpt2Config(s, DType::F16);
-        c["n_head"] = 8;
-        fixtures::writeJson(d + "/config.json", c);
+        writeGpt2Big(d, DType::F16);
     } else {
+        fs::create_directories(d);
         const fixtures::LlamaShape s{8000, 256, 688, 4, 8, 4, false};
         fixtures::writeRandomSafetensors(d + "/model.safetensors", fixtures::llamaTensors(s, DType::F16), 3, 0.05f);
         fixtures::writeJson(d + "/config.json", fixtures::llamaConfig(s, DType::F16));
@@ -337,11 +345,7 @@ void TestRuntime::fp16WeightsStayFp16OnTheCpu()
     o.dtype = DType::F16;
     auto m = Model::load(ck, tree, o);
     const uint64_t loaded = rssAnonBytes() - before;
-    std::vector<float> got = m->forward({5, 17, 3, 42, 8}, true);
-    for (int32_t t : {11, 7, 60}) {
-        auto step = m->forward({t});
-        got.insert(got.end(), step.begin(), step.end());
-    }
+    const std::vector<float> got = promptAndSteps(*m);
     QCOMPARE(got.size(), widened.size());
     float scale = 0, worst = 0;
     for (size_t i = 0; i < got.size(); ++i) {

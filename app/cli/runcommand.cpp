@@ -132,7 +132,7 @@ int runCommand(const std::vector<std::string>& argv)
         std::printf("\n");
         std::fflush(stdout); // the text ends before the figures on stderr, piped or not
         std::fprintf(stderr, "%zu tokens, prefill %.3f s, decode %.2f tokens/s on %s\n", result.tokens.size(),
-                     result.prefillSeconds, result.decodeTokensPerSecond(), runtimeDescription().c_str());
+                     result.prefillSeconds, result.decodeTokensPerSecond(), runtimeDescription(lo.threads).c_str());
         return 0;
     }
     nlohmann::ordered_json j;

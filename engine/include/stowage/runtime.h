@@ -19,8 +19,9 @@
 
 namespace stowage {
 
-// "LibTorch 1.13.1, CPU only, 2 threads": what this build can run on.
-std::string runtimeDescription();
+// "LibTorch 1.13.1, CPU only, 2 threads": what this build can run on, with
+// `threads` (LoadOptions::threads; 0: the default, one per CPU).
+std::string runtimeDescription(int threads = 0);
 // True when LibTorch was built with CUDA and sees at least one GPU.
 bool cudaAvailable();
 // The model_types run() can execute.

@@ -236,13 +236,17 @@ RamRates measureRamRates()
 // runtime converting a weight): read + write + the destination's allocation.
 // 128 MiB as 16 weights of 8 MiB, each freed after its copy so the allocator
 // reuses the memory (the first pass, which maps it, is not timed). Memory the
-// allocator hands back to the kernel and maps again costs page faults on top,
-// which this leaves out: in this project's Firecracker guests that path
-// copied at 0.15 GB/s, and the runtime's accelerate-like copies landed
-// between the two (docs/PERFORMANCE.md).
-double measureCopyBandwidth()
+// allocator hands back to the kernel and maps again costs page faults on top
+// (`freshPages`: each piece mapped for its copy and unmapped after; in this
+// project's Firecracker guests that path copied at 0.15-1 GB/s).
+double copyRate(bool freshPages)
 {
-    const size_t piece = 8ULL << 20, pieces = 16, size = piece * pieces;
+    // Fresh pages are mapped here directly (mmap), so their pieces need not
+    // pass glibc's mmap threshold: 4 x 8 MiB, every pass maps them anew. A
+    // larger sample only took longer (768 MiB cost 1.2 s of
+    // measureThisMachine at this VM's 0.7 GB/s, for the same rate).
+    const size_t piece = 8ULL << 20, pieces = freshPages ? 4 : 16, size = piece * pieces;
+    const int passes = freshPages ? 3 : 4, firstTimed = freshPages ? 0 : 1;
     std::unique_ptr<uint8_t[]> src(new (std::nothrow) uint8_t[size]);
     if (!src)
         return 0;
@@ -254,59 +258,41 @@ double measureCopyBandwidth()
     std::memset(src.get(), 1, size);
     double best = 0;
     std::atomic<unsigned> sink{0};
-    for (int pass = 0; pass < 4; ++pass) {
+    for (int pass = 0; pass < passes; ++pass) {
         const auto t0 = Clock::now();
         for (size_t i = 0; i < pieces; ++i) {
-            std::unique_ptr<uint8_t[]> dst(new (std::nothrow) uint8_t[piece]);
+            uint8_t* dst = nullptr;
+            std::unique_ptr<uint8_t[]> heap;
+            if (freshPages) {
+                void* m = mmap(nullptr, piece, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                dst = m == MAP_FAILED ? nullptr : static_cast<uint8_t*>(m);
+            } else {
+                heap.reset(new (std::nothrow) uint8_t[piece]);
+                dst = heap.get();
+            }
             if (!dst)
                 return 0;
             parallel(threads, [&](unsigned t) {
                 auto [b, e] = range(t);
-                std::memcpy(dst.get() + b, src.get() + i * piece + b, e - b);
+                std::memcpy(dst + b, src.get() + i * piece + b, e - b);
             });
             sink += dst[piece / 2];
+            if (freshPages)
+                munmap(dst, piece);
         }
         const double sec = secondsSince(t0);
-        if (sec > 0 && pass > 0)
+        if (sec > 0 && pass >= firstTimed)
             best = std::max(best, static_cast<double>(size) / sec);
     }
     return best;
 }
 
+double measureCopyBandwidth() { return copyRate(false); }
+
 // The same copy into memory mapped for it and given back after, as a new
-// tensor per copy gets it (pieces of 64 MiB: past glibc's largest mmap
-// threshold, so malloc maps them fresh too). Best of 3 passes of 4 pieces.
-double measureFreshCopyBandwidth()
-{
-    const size_t piece = 64ULL << 20, pieces = 4;
-    std::unique_ptr<uint8_t[]> src(new (std::nothrow) uint8_t[piece]);
-    if (!src)
-        return 0;
-    std::memset(src.get(), 1, piece);
-    const unsigned threads = std::min<unsigned>(usableCpus(), 64);
-    const size_t slice = piece / threads;
-    double best = 0;
-    std::atomic<unsigned> sink{0};
-    for (int pass = 0; pass < 3; ++pass) {
-        const auto t0 = Clock::now();
-        for (size_t i = 0; i < pieces; ++i) {
-            void* dst = mmap(nullptr, piece, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-            if (dst == MAP_FAILED)
-                return 0;
-            auto* d = static_cast<uint8_t*>(dst);
-            parallel(threads, [&](unsigned t) {
-                const size_t b = t * slice, e = t + 1 == threads ? piece : (t + 1) * slice;
-                std::memcpy(d + b, src.get() + b, e - b);
-            });
-            sink += d[piece / 2];
-            munmap(dst, piece);
-        }
-        const double sec = secondsSince(t0);
-        if (sec > 0)
-            best = std::max(best, static_cast<double>(piece * pieces) / sec);
-    }
-    return best;
-}
+// tensor per copy gets it (large tensors pass glibc's mmap threshold, so
+// malloc maps them fresh): every page faults on first touch.
+double measureFreshCopyBandwidth() { return copyRate(true); }
 
 // FLOP/s of one thread spinning multiply-adds on registers for ~`seconds`.
 // Eight independent accumulators cover the FMA latency (4 cycles, 2 ports).

@@ -24,23 +24,35 @@ namespace stowage::arch {
 
 namespace {
 
+// What this CPU runs, asked once: gemvWith() checks it on every call.
+struct CpuFeatures {
+    bool avx2 = false, avx512 = false, avx512bf16 = false;
+};
+const CpuFeatures& cpu()
+{
+    static const CpuFeatures f = [] {
+        CpuFeatures c;
+#if STOWAGE_GEMV_X86
+        __builtin_cpu_init();
+        c.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+        c.avx512 = c.avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                   __builtin_cpu_supports("avx512vl");
+        c.avx512bf16 = c.avx512 && __builtin_cpu_supports("avx512bf16");
+#endif
+        return c;
+    }();
+    return f;
+}
+
 bool cpuHas(GemvKernel k)
 {
-#if STOWAGE_GEMV_X86
-    __builtin_cpu_init();
-    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-    const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                        __builtin_cpu_supports("avx512vl");
     switch (k) {
     case GemvKernel::None: return true;
-    case GemvKernel::Avx2: return avx2;
-    case GemvKernel::Avx512: return avx512;
-    case GemvKernel::Avx512Bf16: return avx512 && __builtin_cpu_supports("avx512bf16");
+    case GemvKernel::Avx2: return cpu().avx2;
+    case GemvKernel::Avx512: return cpu().avx512;
+    case GemvKernel::Avx512Bf16: return cpu().avx512bf16;
     }
     return false;
-#else
-    return k == GemvKernel::None;
-#endif
 }
 
 // The row kernel for W of `dtype` with an x of `xdtype` (fp32 or bf16), or
@@ -293,10 +305,10 @@ void widenInto(const at::Tensor& src, at::Tensor& dst)
 {
     rows::WidenFn f = nullptr;
 #if STOWAGE_GEMV_X86
-    const bool wide = cpuHas(GemvKernel::Avx512), avx2 = cpuHas(GemvKernel::Avx2);
-    if (src.scalar_type() == at::kHalf && (wide || avx2))
+    const bool wide = cpu().avx512;
+    if (cpu().avx2 && src.scalar_type() == at::kHalf)
         f = wide ? rows::widenF16Avx512 : rows::widenF16Avx2;
-    if (src.scalar_type() == at::kBFloat16 && (wide || avx2))
+    if (cpu().avx2 && src.scalar_type() == at::kBFloat16)
         f = wide ? rows::widenBf16Avx512 : rows::widenBf16Avx2;
 #endif
     if (!f || !src.is_contiguous() || !dst.is_contiguous() || dst.scalar_type() != at::kFloat ||

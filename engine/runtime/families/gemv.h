@@ -40,7 +40,8 @@ void overrideGemvKernel(at::ScalarType dtype, GemvKernel kernel);
 
 // y [out] = W [out, in] x [in]. W is fp32, bf16 or fp16; x is fp32 or W's
 // dtype, and y comes back in x's dtype: fp32 sums, rounded once at the end.
-// Threads from LibTorch's pool.
+// Rows split between the caller and the kernels' own helper threads, as
+// many in all as at::get_num_threads().
 at::Tensor gemv(const at::Tensor& w, const at::Tensor& x);
 // The same with a given kernel (tests and benchmarks); throws when this CPU
 // cannot run it. Avx512Bf16 with an fp32 x runs the Avx512 kernel (its

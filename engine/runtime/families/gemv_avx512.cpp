@@ -106,13 +106,7 @@ void f16Avx512(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, 
 }
 void bf16Dp(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y)
 {
-    const auto* wp = static_cast<const uint16_t*>(w);
-    const auto* xp = static_cast<const uint16_t*>(x);
-    int64_t r = r0;
-    for (; r + 4 <= r1; r += 4)
-        dp4(wp + r * k, xp, k, y + r);
-    for (; r < r1; ++r)
-        dp1(wp + r * k, xp, k, y + r);
+    rowBlocks<uint16_t, uint16_t, dp4, dp1>(w, x, k, r0, r1, y);
 }
 
 void widenF16Avx512(const void* src, float* dst, int64_t n)

@@ -90,16 +90,25 @@ void rows1(const T* w0, const float* x, int64_t k, float* y)
     y[0] = Isa::sum(Isa::add(a0, b0));
 }
 
+// Rows [r0, r1) of W [n, k] four at a time, the rest one at a time (also
+// for gemv_avx512.cpp's dot-product kernel).
+template <class T, class X, void (*Four)(const T*, const X*, int64_t, float*),
+          void (*One)(const T*, const X*, int64_t, float*)>
+void rowBlocks(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y)
+{
+    const T* wp = static_cast<const T*>(w);
+    const X* xp = static_cast<const X*>(x);
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4)
+        Four(wp + r * k, xp, k, y + r);
+    for (; r < r1; ++r)
+        One(wp + r * k, xp, k, y + r);
+}
+
 template <class T>
 void rowsOf(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y)
 {
-    const T* wp = static_cast<const T*>(w);
-    const float* xp = static_cast<const float*>(x);
-    int64_t r = r0;
-    for (; r + 4 <= r1; r += 4)
-        rows4(wp + r * k, xp, k, y + r);
-    for (; r < r1; ++r)
-        rows1(wp + r * k, xp, k, y + r);
+    rowBlocks<T, float, rows4<T>, rows1<T>>(w, x, k, r0, r1, y);
 }
 
 template <class T>

@@ -6,7 +6,6 @@
 #include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 
-#include <thread>
 
 namespace stowage {
 
@@ -40,8 +39,7 @@ std::unique_ptr<Model> Model::load(const Checkpoint& ck, const ModuleTree& tree,
     }
     if (ck.indexOnly())
         throw InputError(ck.weightsPath(), "the shards are not downloaded: running needs the weights");
-    int threads = options.threads > 0 ? options.threads : int(std::max(1u, std::thread::hardware_concurrency()));
-    at::set_num_threads(threads);
+    at::set_num_threads(loadThreads(options.threads));
 
     auto impl = std::make_unique<Impl>(options.telemetry ? options.telemetry : std::make_shared<Telemetry>());
     impl->modelType = cfg.modelType();

@@ -10,15 +10,17 @@ namespace stowage {
 
 bool cudaAvailable() { return at::hasCUDA(); }
 
+int loadThreads(int requested)
+{
+    return requested > 0 ? requested : int(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 std::string runtimeDescription(int threads)
 {
-    // Unless given, the threads a load uses by default (Model::load): not
-    // LibTorch's own count, which reads 1 until the first load sets it (the
-    // worker's hello said "1 threads").
-    if (threads <= 0)
-        threads = int(std::max(1u, std::thread::hardware_concurrency()));
+    // What a load will use, not LibTorch's own count, which reads 1 until the
+    // first load sets it (the worker's hello said "1 threads").
     return std::string("LibTorch ") + TORCH_VERSION + (cudaAvailable() ? ", CUDA" : ", CPU only") + ", " +
-           std::to_string(threads) + " threads";
+           std::to_string(loadThreads(threads)) + " threads";
 }
 
 } // namespace stowage

@@ -19,8 +19,11 @@
 
 namespace stowage {
 
+// The threads a load computes with for LoadOptions::threads = `requested`:
+// that many, or one per CPU when 0.
+int loadThreads(int requested);
 // "LibTorch 1.13.1, CPU only, 2 threads": what this build can run on, with
-// `threads` (LoadOptions::threads; 0: the default, one per CPU).
+// loadThreads(`threads`).
 std::string runtimeDescription(int threads = 0);
 // True when LibTorch was built with CUDA and sees at least one GPU.
 bool cudaAvailable();

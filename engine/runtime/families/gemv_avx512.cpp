@@ -51,9 +51,8 @@ void dp4(const uint16_t* w0, const uint16_t* x, int64_t k, float* y)
     const uint16_t* w3 = w2 + k;
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
     int64_t j = 0;
-    const char* next = reinterpret_cast<const char*>(w0 + 4 * k); // as in gemv_isa.h
-    for (; j + 64 <= k; j += 64, next += 512) {
-        prefetchBytes<512>(next);
+    prefetchRowStarts(reinterpret_cast<const char*>(w0 + 4 * k), k * 2); // as in gemv_isa.h
+    for (; j + 64 <= k; j += 64) {
         const __m512bh x0 = pairs(x + j), x1 = pairs(x + j + 32);
         a0 = dp(a0, pairs(w0 + j), x0);
         a1 = dp(a1, pairs(w1 + j), x0);

@@ -20,15 +20,18 @@ namespace {
 using stowage::arch::rows::Bf16;
 using stowage::arch::rows::F16;
 
-// A hint for the `bytes` (a multiple of 64) at p, one cache line each. The
-// hardware prefetchers stop at page boundaries, and a row of 1024 fp32 is a
-// page: without the hint every block of four rows starts with four misses.
-template <int bytes>
-inline void prefetchBytes(const char* p)
+// A hint for the first two cache lines of each of the four rows after the
+// block at `next` (rows of `rowBytes`), given once per block. The hardware
+// prefetchers stop at page boundaries, and a row of 1024 fp32 is a page:
+// without the hint every block of four rows starts with four misses. One hint
+// per line read (the earlier form) cost load slots: on Zen 4 it streamed
+// 22-26 GB/s against 32-33 without it (docs/PERFORMANCE.md).
+inline void prefetchRowStarts(const char* next, int64_t rowBytes)
 {
-    static_assert(bytes % 64 == 0, "whole cache lines");
-    for (int b = 0; b < bytes; b += 64)
-        _mm_prefetch(p + b, _MM_HINT_T0);
+    for (int r = 0; r < 4; ++r) {
+        _mm_prefetch(next + r * rowBytes, _MM_HINT_T0);
+        _mm_prefetch(next + r * rowBytes + 64, _MM_HINT_T0);
+    }
 }
 
 template <class T>
@@ -42,12 +45,9 @@ void rows4(const T* w0, const float* x, int64_t k, float* y)
     V a0 = Isa::zero(), a1 = Isa::zero(), a2 = Isa::zero(), a3 = Isa::zero();
     V b0 = Isa::zero(), b1 = Isa::zero(), b2 = Isa::zero(), b3 = Isa::zero();
     int64_t j = 0;
-    // The next four rows lie right after these (one block of 4k elements):
-    // each step asks for as many bytes of them as it reads of these.
-    const char* next = reinterpret_cast<const char*>(w0 + 4 * k);
-    constexpr int stepBytes = 4 * 2 * N * int(sizeof(T));
-    for (; j + 2 * N <= k; j += 2 * N, next += stepBytes) {
-        prefetchBytes<stepBytes>(next);
+    // The next four rows lie right after these (one block of 4k elements).
+    prefetchRowStarts(reinterpret_cast<const char*>(w0 + 4 * k), k * int64_t(sizeof(T)));
+    for (; j + 2 * N <= k; j += 2 * N) {
         const V x0 = Isa::load(x + j), x1 = Isa::load(x + j + N);
         a0 = Isa::fma(Isa::load(w0 + j), x0, a0);
         a1 = Isa::fma(Isa::load(w1 + j), x0, a1);

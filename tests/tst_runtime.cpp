@@ -5,6 +5,7 @@
 #include "stowage/checkpoint.h"
 #include "stowage/error.h"
 #include "stowage/runtime.h"
+#include "stowage/session.h"
 
 #include <QtTest>
 
@@ -113,6 +114,7 @@ private slots:
     void generationIsReproducible();
     void baseModelSaveReadsDiskWeightsInPlace();
     void tiedHeadDoesNotPrefetchASecondCopy();
+    void sessionLoadsTheCheckpointItIsGiven();
 };
 
 void TestRuntime::initTestCase()
@@ -454,5 +456,32 @@ void TestRuntime::tiedHeadDoesNotPrefetchASecondCopy()
     QVERIFY2(peak >= wte && peak < 2 * wte, qPrintable(QString("peak %1, embedding %2").arg(peak).arg(wte)));
 }
 
+// stowage-cli run and the worker open the checkpoint to check their options
+// against it, then hand it to the session: the weights are mapped once, and
+// the session loads what was checked even when the path changes in between.
+void TestRuntime::sessionLoadsTheCheckpointItIsGiven()
+{
+    const std::string d = path("given"), moved = path("given-moved");
+    fs::create_directories(d);
+    fixtures::writeTinyGpt2(d, DType::F32);
+    Checkpoint ck = Checkpoint::open(d);
+    fs::rename(d, moved); // what the caller opened is no longer at its path
+    SessionOptions so;
+    so.path = d;
+    QVERIFY_THROWS_EXCEPTION(InputError, Session::open(so)); // reopening the path cannot work now
+    auto given = Session::open(std::move(ck), so);
+    QCOMPARE(given->checkpoint().shards().size(), size_t(1));
+    so.path = moved;
+    auto reopened = Session::open(so);
+    SamplingOptions sampling;
+    sampling.maxNewTokens = 6;
+    const std::vector<int32_t> prompt{5, 17, 3};
+    const GenerationResult a = generate(given->model(), prompt, sampling, {}, true);
+    const GenerationResult b = generate(reopened->model(), prompt, sampling, {}, true);
+    QCOMPARE(a.tokens, b.tokens);
+    QCOMPARE(a.logits, b.logits); // the same weights, bit for bit
+}
+
 QTEST_APPLESS_MAIN(TestRuntime)
 #include "tst_runtime.moc"
+

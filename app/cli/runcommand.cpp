@@ -44,10 +44,11 @@ int runCommand(const std::vector<std::string>& argv)
     SessionOptions so;
     so.path = checkpointPath(a);
     so.dtype = parseDTypeOption(a);
+    // The plan options and a given map are checked against the model here,
+    // so their errors name the flags and files the user typed; the session
+    // then loads from this same opened checkpoint.
+    Checkpoint ck = Checkpoint::open(so.path);
     {
-        // The plan options and a given map are checked against the model here,
-        // so their errors name the flags and files the user typed.
-        Checkpoint ck = Checkpoint::open(so.path);
         ModuleTree tree = buildModuleTree(ck, so.dtype, parseReferenceOption(a));
         so.plan = planOptionsFromArgs(a, ck, tree);
         if (auto f = a.value("--device-map")) {
@@ -87,7 +88,7 @@ int runCommand(const std::vector<std::string>& argv)
     const double topP = number(a, "--top-p", 1.0, 1e-6, 1.0);
     const double seed = number(a, "--seed", 0, 0, 9e18);
 
-    auto session = Session::open(so);
+    auto session = Session::open(std::move(ck), so);
     const Tokenizer* tok = session->tokenizer();
     const std::vector<int32_t> prompt = ids ? promptIds : session->encodePrompt(a.value("--prompt").value_or(""));
 

@@ -344,8 +344,8 @@ void Worker::load(const json& cmd, const json& request)
         SessionOptions so;
         so.path = lc.path.empty() ? demoCheckpointPath() : lc.path;
         so.dtype = lc.dtype;
+        Checkpoint ck = Checkpoint::open(so.path); // opened once: checked here, loaded by the session
         {
-            Checkpoint ck = Checkpoint::open(so.path);
             ModuleTree tree = buildModuleTree(ck, so.dtype, lc.plan.reference);
             so.plan = lc.plan;
             if (!lc.plan.maxMemory)
@@ -379,7 +379,7 @@ void Worker::load(const json& cmd, const json& request)
             m_sampleCursor = m_eventCursor = 0;
         }
         double lastSent = -1;
-        auto session = Session::open(so, [&](double fraction, const std::string& what) {
+        auto session = Session::open(std::move(ck), so, [&](double fraction, const std::string& what) {
             if (fraction - lastSent >= 0.001 || fraction >= 1.0) { // at most 1000 steps
                 lastSent = fraction;
                 emit(ojson{{"event", "progress"}, {"fraction", fraction}, {"what", what}}, request);

@@ -67,8 +67,17 @@ Session::~Session()
 std::unique_ptr<Session> Session::open(const SessionOptions& options, const ProgressFn& progress)
 {
     const auto t0 = std::chrono::steady_clock::now();
+    Checkpoint ck = Checkpoint::open(options.path);
+    auto session = open(std::move(ck), options, progress);
+    session->m_impl->loadSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return session;
+}
+
+std::unique_ptr<Session> Session::open(Checkpoint checkpoint, const SessionOptions& options, const ProgressFn& progress)
+{
+    const auto t0 = std::chrono::steady_clock::now();
     auto impl = std::make_unique<Impl>();
-    impl->checkpoint = std::make_unique<Checkpoint>(Checkpoint::open(options.path));
+    impl->checkpoint = std::make_unique<Checkpoint>(std::move(checkpoint));
     impl->tree = std::make_unique<ModuleTree>(buildModuleTree(*impl->checkpoint, options.dtype, options.plan.reference));
     if (options.deviceMap) {
         MapCheck check = validateDeviceMap(*impl->tree, *options.deviceMap);

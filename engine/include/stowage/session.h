@@ -55,6 +55,11 @@ public:
     // model, a family that cannot run, an unwritable offload folder) and
     // Cancelled when progress returns false; nothing stays loaded then.
     static std::unique_ptr<Session> open(const SessionOptions& options, const ProgressFn& progress = {});
+    // The same with a checkpoint the caller has opened already (to check its
+    // options against the model): its mapped shards are used as they are,
+    // and options.path is not opened a second time.
+    static std::unique_ptr<Session> open(Checkpoint checkpoint, const SessionOptions& options,
+                                         const ProgressFn& progress = {});
     ~Session(); // unload: releases every byte the model holds (all devices, pinned buffers, KV cache)
 
     const Checkpoint& checkpoint() const;

@@ -10,6 +10,8 @@
 #include "tracemodel.h"
 
 #include <QAbstractItemModelTester>
+#include <QBarCategoryAxis>
+#include <QChart>
 #include <QtTest>
 
 using namespace stowage;
@@ -227,7 +229,14 @@ void TestTimeline::chartsRedrawOnlyWhenVisible()
     const quint64 settled = charts.redraws();
     QTest::qWait(5 * RunCharts::kRedrawMs);
     QCOMPARE(charts.redraws(), settled);
-    charts.setDispatchBytes({{"0", 1000, 900, "GPU 0"}, {"cpu", 500, 500, "RAM"}});
+    charts.setDispatchBytes({{"0", 1000, 900, "GPU 0"}, {"cpu", 500, 500, "RAM"}, {"disk", 800, 0, "disk"}});
+    // Disk weights are read in place: their empty "actual" bar is labelled as such.
+    auto* axis = qobject_cast<QBarCategoryAxis*>(charts.dispatchChart()->axes(Qt::Horizontal).value(0));
+    QVERIFY(axis);
+    const QStringList cats = axis->categories();
+    QCOMPARE(cats.size(), 3);
+    QVERIFY2(cats[2].contains("in place"), qPrintable(cats.join(" | ")));
+    QVERIFY2(!cats[1].contains("in place"), qPrintable(cats[1]));
 }
 
 QTEST_MAIN(TestTimeline)

@@ -205,7 +205,12 @@ void RunCharts::setDispatchBytes(const QVector<DeviceBytes>& devices)
     QStringList categories;
     for (const DeviceBytes& d : devices) {
         const auto dev = Device::parse(d.device.toStdString());
-        categories << (dev ? deviceLabel(*dev) : d.device);
+        QString label = dev ? deviceLabel(*dev) : d.device;
+        // Disk weights are read from their files each step: none held after
+        // dispatch is the design, not a failed load; the label says so.
+        if (dev && dev->kind == Device::Disk && d.actual == 0 && d.planned > 0)
+            label += QStringLiteral("<br>") + tr("in place");
+        categories << label;
         *planned << double(d.planned) / unit;
         *actual << double(d.actual) / unit;
     }

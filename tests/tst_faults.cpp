@@ -83,6 +83,7 @@ private slots:
     void diskFullWhileWritingOffloadFolder();
     void shardTruncatedBetweenRequests();
     void shardTruncatedDuringStepEndsWorkerWithMessage();
+    void shardTruncatedDuringCliRunEndsWithOneLine();
     void describeEndSaysWhatHappened();
     void nextCommandRightAfterTheLastEventIsServed();
     void budgetOverrunMidDispatch();
@@ -207,6 +208,47 @@ void TestFaults::shardTruncatedBetweenRequests()
              QString("loaded"));
     QCOMPARE(h.name(h.request(generateIds({0, 5, 6}, 3), {"done", "error"})), QString("done"));
     QCOMPARE(h.client.processId(), pid);
+}
+
+void TestFaults::shardTruncatedDuringCliRunEndsWithOneLine()
+{
+    // stowage-cli run in slow motion (50 ms before each unit, ~0.5 s a
+    // step); once tokens stream, the shard of layers 4 and 5 (read from the
+    // mapping every step) is cut to nothing. Mid-step that read raises
+    // SIGBUS; between steps the size check sees it: either way one line
+    // naming the file, status 2, no crash.
+    const QString copy = m_tmp.path() + "/demo-cli-race";
+    copyFolder(m_demo, copy);
+    const QString mapFile = m_tmp.path() + "/cli-race-map.json";
+    {
+        QFile f(mapFile);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(QJsonDocument(demoMapWithDiskLayers()).toJson());
+    }
+    QProcess p;
+    QByteArray out;
+    connect(&p, &QProcess::readyReadStandardOutput, this, [&] { out += p.readAllStandardOutput(); });
+    p.start(QStringLiteral(STOWAGE_CLI), {"run", copy, "--device-map", mapFile, "--prompt-ids", "0,5,6",
+                                          "--max-new-tokens", "400", "--ignore-eos", "--unit-delay", "0.05",
+                                          "--policy", "accelerate-like"});
+    QVERIFY(p.waitForStarted(10000));
+    // The prompt's text comes first, then a piece per token: wait for two tokens.
+    QTRY_VERIFY_WITH_TIMEOUT(out.size() > 0, 60000);
+    const int promptText = out.size();
+    QTRY_VERIFY_WITH_TIMEOUT(out.size() > promptText + 1, 60000);
+    const QString shard = copy + "/model-00003-of-00004.safetensors";
+    const qint64 size = QFileInfo(shard).size();
+    QCOMPARE(::truncate(QFile::encodeName(shard).constData(), 0), 0);
+    QVERIFY2(p.waitForFinished(60000), "stowage-cli run went on after its shard was cut");
+    const QString err = QString::fromUtf8(p.readAllStandardError());
+    qInfo("stowage-cli run: %s", qPrintable(err.trimmed()));
+    QCOMPARE(p.exitStatus(), QProcess::NormalExit); // not killed by SIGBUS
+    QCOMPARE(p.exitCode(), 2);
+    QCOMPARE(err.count(QLatin1Char('\n')), 1);
+    QVERIFY2(err.startsWith("stowage-cli: ") && err.contains(shard + ": shrank from " + QString::number(size) +
+                                                             " to 0 bytes while in use") &&
+                 err.trimmed().endsWith("reopen the checkpoint"),
+             qPrintable(err));
 }
 
 void TestFaults::shardTruncatedDuringStepEndsWorkerWithMessage()

@@ -26,7 +26,7 @@ const char* kUsage =
     "  run     [PATH] [--device-map FILE | plan options] [--prompt-ids 1,2,3] [--max-new-tokens N]\n"
     "          [--greedy | --temperature T --top-k K --top-p P --seed N] [--offload-folder DIR]\n"
     "          [--prompt TEXT] [--simulate-gpus] [--policy accelerate-like|prefetch|compute-where-it-lives]\n"
-    "          [--hardware PRESET|FILE.json [--throttle]] [--threads N] [--ignore-eos] [--json]\n"
+    "          [--hardware PRESET|FILE.json [--throttle]] [--threads N] [--unit-delay S] [--ignore-eos] [--json]\n"
     "  worker                                 serve run sessions as JSON lines on stdin/stdout\n"
     "                                         (docs/worker-protocol.md)\n"
     "  hardware [PRESET] [--list] [--json] [-o FILE]   a hardware profile for --hardware (default: this machine)\n"

@@ -4,6 +4,7 @@
 #include "args.h"
 #include "stowage/units.h"
 #include "planoptions.h"
+#include "sigbus.h"
 
 #include "stowage/checkpoint.h"
 #include "stowage/error.h"
@@ -34,9 +35,12 @@ double number(const Args& a, const std::string& name, double def, double lo, dou
 
 int runCommand(const std::vector<std::string>& argv)
 {
+    // A shard truncated while a step reads it from the mapping: one line
+    // naming the file and status 2, as for any bad input, not a crash.
+    installSigbusHandler("stowage-cli: ", "; reopen the checkpoint\n", 2);
     auto valued = planValuedOptions();
     valued.insert({"--device-map", "--prompt", "--prompt-ids", "--max-new-tokens", "--temperature", "--top-k", "--top-p",
-                   "--seed", "--offload-folder", "--threads", "--logits", "--policy", "--hardware"});
+                   "--seed", "--offload-folder", "--threads", "--logits", "--policy", "--hardware", "--unit-delay"});
     auto flags = planFlagOptions();
     flags.insert({"--greedy", "--simulate-gpus", "--json", "--ignore-eos", "--throttle"});
     Args a(argv, valued, flags);
@@ -87,8 +91,10 @@ int runCommand(const std::vector<std::string>& argv)
     const double topK = number(a, "--top-k", 0, 0, 1e9);
     const double topP = number(a, "--top-p", 1.0, 1e-6, 1.0);
     const double seed = number(a, "--seed", 0, 0, 9e18);
+    const double unitDelay = number(a, "--unit-delay", 0, 0, 60); // slow motion, as the window's teaching mode
 
     auto session = Session::open(std::move(ck), so);
+    session->model().setUnitDelay(unitDelay);
     const Tokenizer* tok = session->tokenizer();
     const std::vector<int32_t> prompt = ids ? promptIds : session->encodePrompt(a.value("--prompt").value_or(""));
 

@@ -7,6 +7,7 @@
 // Every event goes through emit(), one whole line under a mutex.
 #include "args.h"
 #include "planoptions.h"
+#include "sigbus.h"
 #include "workerprotocol.h"
 
 #include "stowage/costmodel.h"
@@ -40,74 +41,6 @@ namespace {
 constexpr int kExitMappedFileShrank = 74;
 constexpr int kExitOutOfMemory = 75;
 
-// Async-signal-safe text: a fixed buffer filled with write-free appends.
-struct SignalLine {
-    char text[768];
-    size_t n = 0;
-    void add(const char* s)
-    {
-        while (*s && n < sizeof text - 1)
-            text[n++] = *s++;
-    }
-    void add(uint64_t v)
-    {
-        char digits[24];
-        int k = 0;
-        do {
-            digits[k++] = char('0' + v % 10);
-            v /= 10;
-        } while (v && k < 24);
-        while (k > 0 && n < sizeof text - 1)
-            text[n++] = digits[--k];
-    }
-};
-
-// All of `text` on stderr, with write(2) alone (async-signal-safe).
-void writeStderr(const char* text, size_t n)
-{
-    while (n > 0) {
-        const ssize_t w = ::write(STDERR_FILENO, text, n);
-        if (w <= 0)
-            break;
-        text += w;
-        n -= size_t(w);
-    }
-}
-
-// The last line of defence when a file shrinks between the session's size
-// check and a read (a truncation racing a running step): the fault lies in
-// a mapped file, so say which one on stderr and exit with a status the
-// client turns into a message. Any other SIGBUS keeps its default action.
-void onSigbus(int sig, siginfo_t* info, void*)
-{
-    char path[512];
-    MappedFault fault;
-    if (info && info->si_code > 0 && findMappedFile(info->si_addr, path, sizeof path, &fault)) {
-        SignalLine line;
-        line.add("stowage-cli worker: ");
-        line.add(path);
-        if (fault.currentSize == UINT64_MAX) {
-            line.add(": shrank below its mapped ");
-            line.add(fault.mappedSize);
-        } else {
-            line.add(": shrank from ");
-            line.add(fault.mappedSize);
-            line.add(" to ");
-            line.add(fault.currentSize);
-        }
-        line.add(" bytes while in use (SIGBUS reading byte ");
-        line.add(fault.offset);
-        line.add("); the worker stopped; reopen the checkpoint\n");
-        writeStderr(line.text, line.n);
-        ::_exit(kExitMappedFileShrank);
-    }
-    // Not a mapped file's fault: the default action (a core dump), at once
-    // for a signal sent with kill, else when the faulting access runs again.
-    ::signal(sig, SIG_DFL);
-    if (!info || info->si_code <= 0)
-        ::raise(sig);
-}
-
 // An exception no thread caught. Out of memory (a ulimit -v, a cgroup's
 // limit, or RAM overcommitted) gets its own status, so the window can say
 // so; anything else is reported and aborts as before.
@@ -131,11 +64,9 @@ void onSigbus(int sig, siginfo_t* info, void*)
 void installFaultHandlers()
 {
     std::set_terminate(onTerminate);
-    struct sigaction sa {};
-    sa.sa_sigaction = onSigbus;
-    sa.sa_flags = SA_SIGINFO;
-    sigemptyset(&sa.sa_mask);
-    ::sigaction(SIGBUS, &sa, nullptr);
+    // A read of a mapped file that shrank: its own status, which the client
+    // turns into words.
+    installSigbusHandler("stowage-cli worker: ", "; the worker stopped; reopen the checkpoint\n", kExitMappedFileShrank);
     // A file size limit (ulimit -f) then fails a write with EFBIG, reported
     // as a full disk is, instead of killing the worker.
     std::signal(SIGXFSZ, SIG_IGN);

@@ -115,6 +115,7 @@ private slots:
     void baseModelSaveReadsDiskWeightsInPlace();
     void tiedHeadDoesNotPrefetchASecondCopy();
     void sessionLoadsTheCheckpointItIsGiven();
+    void cacheHoldsPositionsPastItsFirstBlock();
 };
 
 void TestRuntime::initTestCase()
@@ -482,6 +483,48 @@ void TestRuntime::sessionLoadsTheCheckpointItIsGiven()
     QCOMPARE(a.logits, b.logits); // the same weights, bit for bit
 }
 
+void TestRuntime::cacheHoldsPositionsPastItsFirstBlock()
+{
+    // The KV cache grows a block of positions at a time (common.cpp). Decode
+    // steps that cross a block's end must give the logits of the whole text
+    // run at once with an empty cache. Grouped-query heads (8 over 4), fp32.
+    const std::string d = path("llama-long");
+    fs::create_directories(d);
+    const fixtures::LlamaShape s{500, 64, 128, 2, 8, 4, false};
+    fixtures::writeRandomSafetensors(d + "/model.safetensors", fixtures::llamaTensors(s, DType::F32), 5, 0.3f);
+    fixtures::writeJson(d + "/config.json", fixtures::llamaConfig(s, DType::F32));
+    Checkpoint ck = Checkpoint::open(d);
+    ModuleTree tree = buildModuleTree(ck, DType::F32);
+    auto stepped = Model::load(ck, tree, LoadOptions{});
+    auto whole = Model::load(ck, tree, LoadOptions{});
+
+    std::vector<int32_t> text;
+    for (int i = 0; i < 250; ++i)
+        text.push_back(int32_t((i * 37 + 11) % 500));
+    stepped->forward(text);
+    int compared = 0;
+    for (int step = 0; step < 270; ++step) { // positions 250..519: two block ends
+        const int32_t next = int32_t((step * 53 + 7) % 500);
+        text.push_back(next);
+        const std::vector<float> got = stepped->forward({next});
+        const int64_t position = int64_t(text.size()) - 1;
+        if (position % 256 > 1 && position % 256 < 255 && step % 20 != 0)
+            continue; // each side of a block's end, and some between
+        whole->resetCache();
+        const std::vector<float> want = whole->forward(text);
+        QCOMPARE(got.size(), want.size());
+        float scale = 0, worst = 0;
+        for (size_t i = 0; i < got.size(); ++i) {
+            scale = std::max(scale, std::abs(want[i]));
+            worst = std::max(worst, std::abs(got[i] - want[i]));
+        }
+        QVERIFY2(scale > 0 && worst <= 1e-4f * scale,
+                 qPrintable(QString("position %1: largest difference %2 for logits up to %3").arg(position).arg(worst).arg(scale)));
+        ++compared;
+    }
+    QCOMPARE(stepped->cachedTokens(), int(text.size()));
+    QVERIFY(compared >= 20);
+}
+
 QTEST_APPLESS_MAIN(TestRuntime)
 #include "tst_runtime.moc"
-

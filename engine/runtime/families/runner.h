@@ -13,7 +13,11 @@
 namespace stowage::arch {
 
 struct LayerCache {
-    at::Tensor k, v; // [batch, kv_heads, positions, head_dim] on the layer's device
+    // [batch, kv_heads, capacity, head_dim] on the layer's device; the first
+    // `length` positions are filled. Grown a block of positions at a time,
+    // so a decode step writes one position instead of copying them all.
+    at::Tensor k, v;
+    int64_t length = 0;
 };
 
 class Runner {
@@ -64,7 +68,8 @@ at::Tensor denseInOut(const at::Tensor& x, const at::Tensor& w, const at::Tensor
 at::Tensor layerNorm(const at::Tensor& x, int64_t n, const at::Tensor& w, const at::Tensor& b, double eps);
 // Rows of an embedding table in the activations' dtype (WeightStore::computeDType).
 at::Tensor embed(const at::Tensor& w, const at::Tensor& ids, at::ScalarType dtype);
-// Appends k/v to the layer's cache and returns the full ones.
+// Appends k/v [B, KV, T, D] to the layer's cache and returns views of all
+// cached positions (the new ones last).
 std::pair<at::Tensor, at::Tensor> appendCache(LayerCache& c, const at::Tensor& k, const at::Tensor& v);
 
 } // namespace stowage::arch

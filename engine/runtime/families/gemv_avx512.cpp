@@ -79,12 +79,19 @@ void dp4(const uint16_t* w0, const uint16_t* x, int64_t k, float* y)
 
 void dp1(const uint16_t* w0, const uint16_t* x, int64_t k, float* y)
 {
-    __m512 a0 = _mm512_setzero_ps();
-    for (int64_t j = 0; j < k; j += 32) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t j = 0;
+    for (; j + 128 <= k; j += 128) {
+        a0 = dp(a0, pairs(w0 + j), pairs(x + j));
+        a1 = dp(a1, pairs(w0 + j + 32), pairs(x + j + 32));
+        a2 = dp(a2, pairs(w0 + j + 64), pairs(x + j + 64));
+        a3 = dp(a3, pairs(w0 + j + 96), pairs(x + j + 96));
+    }
+    for (; j < k; j += 32) {
         const int n = k - j < 32 ? int(k - j) : 32;
         a0 = dp(a0, pairsPart(w0 + j, n), pairsPart(x + j, n));
     }
-    y[0] = _mm512_reduce_add_ps(a0);
+    y[0] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
 }
 
 } // namespace

@@ -25,7 +25,7 @@ struct Shape {
 };
 const Shape kShapes[] = {{1, 1},    {3, 7},     {4, 8},    {5, 17},   {6, 31},     {7, 32},    {9, 33},
                          {13, 100}, {8, 127},   {4, 128},  {5, 129},  {64, 1024},  {37, 2816}, {1000, 64},
-                         {2051, 515}};
+                         {2051, 515}, {9, 4500}}; // 4500: four rows at a time for a bf16 x too
 
 // Small integers: exact in bf16 and fp32, and so are their products and sums.
 at::Tensor integers(int64_t n, int64_t k, std::mt19937& rng, at::ScalarType dt)
@@ -92,6 +92,9 @@ private slots:
     void closeOnRandom();
     void rejectsMismatchedShapes();
     void widensExactly();
+    void attentionAgainstDoubleSums_data();
+    void attentionAgainstDoubleSums();
+    void attentionDeclinesWhatItCannotDo();
 };
 
 void TestGemv::kernelsListed()
@@ -213,6 +216,98 @@ void TestGemv::widensExactly()
             widenInto(src, dst);
             QVERIFY2(at::equal(dst, src.to(at::kFloat)), qPrintable(QString("%1 x %2").arg(c10::toString(dt)).arg(n)));
         }
+}
+
+void TestGemv::attentionAgainstDoubleSums_data()
+{
+    QTest::addColumn<int>("kernel");
+    QTest::addColumn<int>("dtype");
+    QTest::addColumn<int>("heads");
+    QTest::addColumn<int>("kvHeads");
+    QTest::addColumn<int>("dim");
+    QTest::addColumn<int>("positions");
+    struct Case {
+        int heads, kvHeads, dim, positions;
+    };
+    const Case cases[] = {{1, 1, 16, 1}, {4, 4, 64, 7}, {8, 2, 128, 300}, {6, 3, 80, 33}, {32, 8, 128, 1000}};
+    for (at::ScalarType dt : {at::kFloat, at::kBFloat16, at::kHalf})
+        for (GemvKernel k : gemvKernels(dt))
+            if (k != GemvKernel::None)
+                for (const Case& c : cases)
+                    QTest::addRow("%s %s H%d/%d D%d S%d", c10::toString(dt), gemvKernelName(k), c.heads, c.kvHeads, c.dim,
+                                  c.positions)
+                        << int(k) << int(dt) << c.heads << c.kvHeads << c.dim << c.positions;
+}
+
+void TestGemv::attentionAgainstDoubleSums()
+{
+    // Decoding's attention (gemv.h attendOne) over keys and values laid out
+    // as the KV cache holds them (the first S positions of a longer buffer),
+    // against scores, softmax and sums in double done here over the values as
+    // stored. Grouped-query heads read kv head h / (H / KV).
+    QFETCH(int, kernel);
+    QFETCH(int, dtype);
+    QFETCH(int, heads);
+    QFETCH(int, kvHeads);
+    QFETCH(int, dim);
+    QFETCH(int, positions);
+    const auto dt = at::ScalarType(dtype);
+    const GemvKernel before = gemvKernelFor(dt);
+    overrideGemvKernel(dt, GemvKernel(kernel));
+    std::mt19937 rng(uint32_t(heads * 131 + dim * 7 + positions));
+    const int64_t capacity = positions + 5;
+    at::Tensor q = uniform(heads, dim, rng, dt).view({1, heads, 1, dim});
+    at::Tensor kb = uniform(kvHeads * capacity, dim, rng, dt).view({1, kvHeads, capacity, dim});
+    at::Tensor vb = uniform(kvHeads * capacity, dim, rng, dt).view({1, kvHeads, capacity, dim});
+    at::Tensor k = kb.narrow(2, 0, positions), v = vb.narrow(2, 0, positions);
+    const double scale = 1.0 / std::sqrt(double(dim));
+    at::Tensor got = attendOne(q, k, v, scale);
+    overrideGemvKernel(dt, before);
+    QVERIFY(got.defined());
+    QCOMPARE(got.scalar_type(), dt);
+    QCOMPARE(got.sizes().vec(), (std::vector<int64_t>{1, heads, 1, dim}));
+
+    const at::Tensor qd = q.to(at::kDouble).contiguous(), kd = k.to(at::kDouble).contiguous(),
+                     vd = v.to(at::kDouble).contiguous(), gd = got.to(at::kDouble).contiguous();
+    const double *qp = qd.data_ptr<double>(), *kp = kd.data_ptr<double>(), *vp = vd.data_ptr<double>(),
+                 *gp = gd.data_ptr<double>();
+    // bf16/fp16: the softmax weights meet V rounded to the dtype (relative
+    // 2^-8 / 2^-11), and the result is rounded once more.
+    const double tol = dt == at::kBFloat16 ? 3.0 / 256 : dt == at::kHalf ? 3.0 / 2048 : 1e-5;
+    double worst = 0;
+    for (int h = 0; h < heads; ++h) {
+        const int kv = h / (heads / kvHeads);
+        std::vector<double> s(size_t(positions), 0.0);
+        double top = -1e300, sum = 0;
+        for (int i = 0; i < positions; ++i) {
+            for (int d = 0; d < dim; ++d)
+                s[size_t(i)] += qp[h * dim + d] * kp[(kv * positions + i) * dim + d];
+            s[size_t(i)] *= scale;
+            top = std::max(top, s[size_t(i)]);
+        }
+        for (double& x : s)
+            sum += (x = std::exp(x - top));
+        for (int d = 0; d < dim; ++d) {
+            double want = 0;
+            for (int i = 0; i < positions; ++i)
+                want += s[size_t(i)] / sum * vp[(kv * positions + i) * dim + d];
+            worst = std::max(worst, std::abs(gp[h * dim + d] - want));
+        }
+    }
+    // Values lie in [-1, 1], so is every output: an absolute bound.
+    QVERIFY2(worst <= tol, qPrintable(QString("largest difference %1 (tolerance %2)").arg(worst).arg(tol)));
+}
+
+void TestGemv::attentionDeclinesWhatItCannotDo()
+{
+    // Undefined (the caller's LibTorch path runs) for layouts and shapes
+    // the kernel does not take; never a wrong answer.
+    const at::Tensor q = at::ones({1, 4, 1, 16}), k = at::ones({1, 2, 9, 16});
+    QVERIFY(!attendOne(q, k.transpose(2, 3).contiguous().transpose(2, 3), k, 1.0).defined()); // positions not rows
+    QVERIFY(!attendOne(at::ones({1, 4, 2, 16}), k, k, 1.0).defined());                          // two new positions
+    QVERIFY(!attendOne(at::ones({1, 3, 1, 16}), k, k, 1.0).defined());                          // 3 heads over 2
+    QVERIFY(!attendOne(q.to(at::kDouble), k.to(at::kDouble), k.to(at::kDouble), 1.0).defined());
+    QVERIFY(!attendOne(at::ones({1, 4, 1, 12}), at::ones({1, 2, 9, 12}), at::ones({1, 2, 9, 12}), 1.0).defined());
 }
 
 QTEST_GUILESS_MAIN(TestGemv)

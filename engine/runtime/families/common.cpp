@@ -30,6 +30,11 @@ UnitScope::~UnitScope()
 
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale)
 {
+    if (q.size(2) == 1) { // decoding: the engine's kernel where it applies
+        at::Tensor o = attendOne(q, k, v, scale);
+        if (o.defined())
+            return o;
+    }
     const int64_t heads = q.size(1), kvHeads = k.size(1);
     at::Tensor kk = k, vv = v;
     if (heads != kvHeads) { // repeat_kv

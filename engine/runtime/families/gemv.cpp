@@ -5,6 +5,8 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -320,5 +322,93 @@ void widenInto(const at::Tensor& src, at::Tensor& dst)
 }
 
 at::Tensor gemv(const at::Tensor& w, const at::Tensor& x) { return gemvWith(gemvKernelFor(w.scalar_type()), w, x); }
+
+at::Tensor attendOne(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale)
+{
+#if STOWAGE_GEMV_X86
+    const at::ScalarType dt = q.scalar_type();
+    if (!supportedDType(dt) || k.scalar_type() != dt || v.scalar_type() != dt || !q.is_cpu() || !k.is_cpu() ||
+        !v.is_cpu() || q.dim() != 4 || k.dim() != 4 || q.size(0) != 1 || q.size(2) != 1 || k.sizes() != v.sizes())
+        return {};
+    const int64_t heads = q.size(1), dim = q.size(3), kvHeads = k.size(1), positions = k.size(2);
+    GemvKernel kernel = gemvKernelFor(dt);
+    if (kernel == GemvKernel::Avx512Bf16)
+        kernel = GemvKernel::Avx512; // q stays fp32 here
+    const bool wide = kernel == GemvKernel::Avx512;
+    if (kernel == GemvKernel::None || dim % (wide ? 16 : 8) != 0 || k.size(0) != 1 || k.size(3) != dim ||
+        kvHeads < 1 || heads % kvHeads != 0 || positions < 1 || k.stride(3) != 1 || k.stride(2) != dim ||
+        v.stride(3) != 1 || v.stride(2) != dim)
+        return {};
+    struct Work {
+        rows::Fn dot;
+        rows::AccFn acc;
+        const char *k, *v;
+        int64_t kHead, vHead, group, dim, positions;
+        const float* q;
+        float *out, *scores;
+        double scale;
+        bool roundProbs;
+        at::ScalarType dt;
+        std::atomic<int64_t> next{0};
+        int64_t heads;
+    } work;
+    const int64_t es = int64_t(at::elementSize(dt));
+    work.dot = rowsFor(kernel, dt, at::kFloat);
+    work.acc = dt == at::kFloat    ? (wide ? rows::f32AccAvx512 : rows::f32AccAvx2)
+               : dt == at::kHalf   ? (wide ? rows::f16AccAvx512 : rows::f16AccAvx2)
+                                   : (wide ? rows::bf16AccAvx512 : rows::bf16AccAvx2);
+    const at::Tensor qf = q.to(at::kFloat).contiguous();
+    at::Tensor out = at::zeros({1, heads, 1, dim}, at::kFloat);
+    const int threads = int(std::min<int64_t>(std::max(1, at::get_num_threads()), heads));
+    at::Tensor scores = at::empty({threads, positions}, at::kFloat);
+    work.k = static_cast<const char*>(k.data_ptr());
+    work.v = static_cast<const char*>(v.data_ptr());
+    work.kHead = k.stride(1) * es;
+    work.vHead = v.stride(1) * es;
+    work.group = heads / kvHeads;
+    work.dim = dim;
+    work.positions = positions;
+    work.q = qf.data_ptr<float>();
+    work.out = out.data_ptr<float>();
+    work.scores = scores.data_ptr<float>();
+    work.scale = scale;
+    work.roundProbs = dt != at::kFloat;
+    work.dt = dt;
+    work.heads = heads;
+    Helpers::instance().run(threads, [](void* ctx, int worker) {
+        auto& s = *static_cast<Work*>(ctx);
+        float* p = s.scores + worker * s.positions;
+        for (int64_t h = s.next.fetch_add(1, std::memory_order_relaxed); h < s.heads;
+             h = s.next.fetch_add(1, std::memory_order_relaxed)) {
+            const int64_t kv = h / s.group; // repeat_kv: head h reads kv head h / group
+            s.dot(s.k + kv * s.kHead, s.q + h * s.dim, s.dim, 0, s.positions, p);
+            float top = -std::numeric_limits<float>::infinity();
+            for (int64_t i = 0; i < s.positions; ++i) {
+                p[i] = float(p[i] * s.scale);
+                top = std::max(top, p[i]);
+            }
+            // Softmax in fp32; for bf16/fp16 the unnormalised weights are
+            // rounded to the dtype before they meet V and the sum divides
+            // at the end, as PyTorch's CPU attention kernel does.
+            double sum = 0;
+            for (int64_t i = 0; i < s.positions; ++i) {
+                const float e = std::exp(p[i] - top);
+                sum += e;
+                p[i] = !s.roundProbs ? e : s.dt == at::kHalf ? float(c10::Half(e)) : float(c10::BFloat16(e));
+            }
+            float* o = s.out + h * s.dim;
+            s.acc(s.v + kv * s.vHead, p, s.dim, s.positions, o);
+            const float inv = float(1.0 / sum);
+            for (int64_t d = 0; d < s.dim; ++d)
+                o[d] *= inv;
+        }
+    }, &work);
+    return dt == at::kFloat ? out : out.to(dt);
+#else
+    (void)q, (void)k, (void)v, (void)scale;
+    return {};
+#endif
+}
+
 
 } // namespace stowage::arch

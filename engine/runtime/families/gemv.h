@@ -48,6 +48,15 @@ at::Tensor gemv(const at::Tensor& w, const at::Tensor& x);
 // products need bf16 on both sides).
 at::Tensor gemvWith(GemvKernel kernel, const at::Tensor& w, const at::Tensor& x);
 
+// Attention of one new position over the cache on the CPU: q [1, H, 1, D],
+// k and v [1, KV, S, D] with each head's positions one after another (the
+// KV cache's layout); scores, softmax and sums in fp32, heads shared by the
+// GEMV threads. Undefined when it does not apply (another device or layout,
+// D not a multiple of the vector width, no AVX2): the caller falls back to
+// LibTorch, whose per-operation cost was most of a small model's attention
+// (bf16: 300 us a layer at 100 positions, against a few here).
+at::Tensor attendOne(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale);
+
 // dst (fp32, contiguous) = src (fp16 or bf16, contiguous, as many
 // elements) widened: the engine's kernel where the CPU has one, else copy_.
 void widenInto(const at::Tensor& src, at::Tensor& dst);

@@ -14,6 +14,7 @@ struct Isa {
     using V = __m256;
     static constexpr int N = 8;
     static V zero() { return _mm256_setzero_ps(); }
+    static V set(float v) { return _mm256_set1_ps(v); }
     static V add(V a, V b) { return _mm256_add_ps(a, b); }
     static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
     static float sum(V v)
@@ -59,6 +60,19 @@ void bf16Avx2(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, f
 void f16Avx2(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y)
 {
     rowsOf<F16>(w, x, k, r0, r1, y);
+}
+
+void f32AccAvx2(const void* w, const float* p, int64_t k, int64_t n, float* y)
+{
+    accumulateRows<float>(w, p, k, n, y);
+}
+void bf16AccAvx2(const void* w, const float* p, int64_t k, int64_t n, float* y)
+{
+    accumulateRows<Bf16>(w, p, k, n, y);
+}
+void f16AccAvx2(const void* w, const float* p, int64_t k, int64_t n, float* y)
+{
+    accumulateRows<F16>(w, p, k, n, y);
 }
 
 void widenF16Avx2(const void* src, float* dst, int64_t n)

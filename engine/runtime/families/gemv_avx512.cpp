@@ -17,6 +17,7 @@ struct Isa {
     using V = __m512;
     static constexpr int N = 16;
     static V zero() { return _mm512_setzero_ps(); }
+    static V set(float v) { return _mm512_set1_ps(v); }
     static V add(V a, V b) { return _mm512_add_ps(a, b); }
     static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
     static float sum(V v) { return _mm512_reduce_add_ps(v); }
@@ -113,6 +114,19 @@ void f16Avx512(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, 
 void bf16Dp(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y)
 {
     rowBlocks<uint16_t, uint16_t, dp4, dp1>(w, x, k, r0, r1, y);
+}
+
+void f32AccAvx512(const void* w, const float* p, int64_t k, int64_t n, float* y)
+{
+    accumulateRows<float>(w, p, k, n, y);
+}
+void bf16AccAvx512(const void* w, const float* p, int64_t k, int64_t n, float* y)
+{
+    accumulateRows<Bf16>(w, p, k, n, y);
+}
+void f16AccAvx512(const void* w, const float* p, int64_t k, int64_t n, float* y)
+{
+    accumulateRows<F16>(w, p, k, n, y);
 }
 
 void widenF16Avx512(const void* src, float* dst, int64_t n)

@@ -120,6 +120,40 @@ void rowsOf(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, flo
     rowBlocks<T, float, rows4<T>, rows1<T>>(w, x, k, r0, r1, y);
 }
 
+// y[0, k) += sum over rows r < n of p[r] W[r, :], for W of n rows of k
+// elements one after another and k a multiple of Isa::N (attention's
+// values: W is a head's cached V, p its softmax weights). Four vectors of
+// y at a time stay in registers over all rows.
+template <class T>
+void accumulateRows(const void* w, const float* p, int64_t k, int64_t n, float* y)
+{
+    using V = typename Isa::V;
+    constexpr int N = Isa::N;
+    const T* wp = static_cast<const T*>(w);
+    int64_t j = 0;
+    for (; j + 4 * N <= k; j += 4 * N) {
+        V a0 = Isa::load(y + j), a1 = Isa::load(y + j + N), a2 = Isa::load(y + j + 2 * N), a3 = Isa::load(y + j + 3 * N);
+        for (int64_t r = 0; r < n; ++r) {
+            const T* row = wp + r * k + j;
+            const V s = Isa::set(p[r]);
+            a0 = Isa::fma(Isa::load(row), s, a0);
+            a1 = Isa::fma(Isa::load(row + N), s, a1);
+            a2 = Isa::fma(Isa::load(row + 2 * N), s, a2);
+            a3 = Isa::fma(Isa::load(row + 3 * N), s, a3);
+        }
+        Isa::store(y + j, a0);
+        Isa::store(y + j + N, a1);
+        Isa::store(y + j + 2 * N, a2);
+        Isa::store(y + j + 3 * N, a3);
+    }
+    for (; j < k; j += N) {
+        V a0 = Isa::load(y + j);
+        for (int64_t r = 0; r < n; ++r)
+            a0 = Isa::fma(Isa::load(wp + r * k + j), Isa::set(p[r]), a0);
+        Isa::store(y + j, a0);
+    }
+}
+
 template <class T>
 void widenAll(const void* src, float* dst, int64_t n)
 {

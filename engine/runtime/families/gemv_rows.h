@@ -29,6 +29,16 @@ void f16Avx512(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, 
 // AVX512-BF16: bf16 pairs of W and of x multiplied and summed in fp32 (vdpbf16ps).
 void bf16Dp(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y);
 
+// y[0, k) += sum over r < n of p[r] W[r, :] (W [n, k] row-major, k a
+// multiple of the vector width: 8 for AVX2, 16 for AVX-512).
+using AccFn = void (*)(const void* w, const float* p, int64_t k, int64_t n, float* y);
+void f32AccAvx2(const void* w, const float* p, int64_t k, int64_t n, float* y);
+void bf16AccAvx2(const void* w, const float* p, int64_t k, int64_t n, float* y);
+void f16AccAvx2(const void* w, const float* p, int64_t k, int64_t n, float* y);
+void f32AccAvx512(const void* w, const float* p, int64_t k, int64_t n, float* y);
+void bf16AccAvx512(const void* w, const float* p, int64_t k, int64_t n, float* y);
+void f16AccAvx512(const void* w, const float* p, int64_t k, int64_t n, float* y);
+
 // n elements of fp16 or bf16 widened to fp32 (prefill's blocks, common.cpp).
 using WidenFn = void (*)(const void* src, float* dst, int64_t n);
 void widenF16Avx2(const void* src, float* dst, int64_t n);

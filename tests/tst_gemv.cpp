@@ -6,6 +6,7 @@
 // vector tails (k not a multiple of 8, 16, 32 or 64), row counts not a
 // multiple of 4, and splits across threads.
 #include "../engine/runtime/families/gemv.h"
+#include "../engine/runtime/families/runner.h"
 
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
@@ -95,6 +96,7 @@ private slots:
     void attentionAgainstDoubleSums_data();
     void attentionAgainstDoubleSums();
     void attentionDeclinesWhatItCannotDo();
+    void normAndRotaryAsLibTorch();
 };
 
 void TestGemv::kernelsListed()
@@ -308,6 +310,41 @@ void TestGemv::attentionDeclinesWhatItCannotDo()
     QVERIFY(!attendOne(at::ones({1, 3, 1, 16}), k, k, 1.0).defined());                          // 3 heads over 2
     QVERIFY(!attendOne(q.to(at::kDouble), k.to(at::kDouble), k.to(at::kDouble), 1.0).defined());
     QVERIFY(!attendOne(at::ones({1, 4, 1, 12}), at::ones({1, 2, 9, 12}), at::ones({1, 2, 9, 12}), 1.0).defined());
+}
+
+void TestGemv::normAndRotaryAsLibTorch()
+{
+    // Decoding's loops for RMSNorm and rotary (runner.h) against the LibTorch
+    // operations they replace, written out here: rotary bit for bit (the same
+    // roundings), RMSNorm within one unit in the last place of the dtype (its
+    // sum of squares is summed in another order).
+    std::mt19937 rng(11);
+    for (at::ScalarType dt : {at::kFloat, at::kBFloat16})
+        for (int64_t n : {8, 64, 1024, 4096}) {
+            const at::Tensor x = uniform(3, n, rng, dt), w = uniform(1, n, rng, dt)[0];
+            at::Tensor f = x.to(at::kFloat);
+            f = f * at::rsqrt(f.pow(2).mean(-1, true) + 1e-5);
+            const at::Tensor want = (w * f.to(dt)).to(at::kFloat), got = rmsNorm(x, w, 1e-5).to(at::kFloat);
+            QCOMPARE(got.scalar_type(), at::kFloat);
+            const double ulp = dt == at::kBFloat16 ? 1.0 / 128 : 1e-6;
+            const double worst = ((got - want).abs() / (want.abs() + 1e-30)).max().item<double>();
+            QVERIFY2(worst <= ulp, qPrintable(QString("%1 x %2: relative difference %3").arg(c10::toString(dt)).arg(n).arg(worst)));
+        }
+    // fp16 weights beside fp32 activations (fp16 checkpoints on the CPU)
+    const at::Tensor x = uniform(2, 96, rng, at::kFloat), w = uniform(1, 96, rng, at::kHalf)[0];
+    at::Tensor f = x * at::rsqrt(x.pow(2).mean(-1, true) + 1e-6);
+    QVERIFY(at::allclose(rmsNorm(x, w, 1e-6), w * f, 1e-6, 1e-7));
+
+    for (at::ScalarType dt : {at::kFloat, at::kBFloat16})
+        for (int64_t dim : {2, 16, 64, 128}) {
+            const int64_t heads = 5;
+            // q as the runner holds it: [1, T, H, D] transposed to [1, H, T, D]
+            const at::Tensor q = uniform(heads, dim, rng, dt).view({1, 1, heads, dim}).transpose(1, 2);
+            const at::Tensor cos = uniform(1, dim, rng, dt), sin = uniform(1, dim, rng, dt);
+            const auto halves = q.chunk(2, -1);
+            const at::Tensor want = q * cos + at::cat({-halves[1], halves[0]}, -1) * sin;
+            QVERIFY2(at::equal(rotary(q, cos, sin), want), qPrintable(QString("%1 dim %2").arg(c10::toString(dt)).arg(dim)));
+        }
 }
 
 QTEST_GUILESS_MAIN(TestGemv)

@@ -91,6 +91,44 @@ at::Tensor widenedProduct(const at::Tensor& x, const at::Tensor& w, bool inOut)
     }
     return y;
 }
+
+// What LibTorch rounds to at each step, for the loops below.
+template <class T>
+float stored(float v)
+{
+    return float(T(v));
+}
+
+template <class X, class W>
+void rmsNormRows(const X* x, const W* w, int64_t rows, int64_t n, float eps, X* out)
+{
+    for (int64_t r = 0; r < rows; ++r, x += n, out += n) {
+        double squares = 0;
+        for (int64_t i = 0; i < n; ++i)
+            squares += double(float(x[i])) * double(float(x[i]));
+        const float scale = 1.0f / std::sqrt(float(squares / double(n)) + eps);
+        for (int64_t i = 0; i < n; ++i)
+            out[i] = X(float(w[i]) * stored<X>(float(x[i]) * scale));
+    }
+}
+
+template <class T>
+void rotateHeads(const T* q, int64_t headStride, int64_t heads, int64_t dim, const T* cos, const T* sin, T* out)
+{
+    const int64_t half = dim / 2;
+    for (int64_t h = 0; h < heads; ++h, q += headStride, out += dim)
+        for (int64_t i = 0; i < dim; ++i) {
+            const float turned = i < half ? -float(q[i + half]) : float(q[i - half]);
+            out[i] = T(stored<T>(float(q[i]) * float(cos[i])) + stored<T>(turned * float(sin[i])));
+        }
+}
+
+at::Tensor rotateHalf(const at::Tensor& x)
+{
+    auto halves = x.chunk(2, -1);
+    return at::cat({-halves[1], halves[0]}, -1);
+}
+
 } // namespace
 
 at::Tensor dense(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b)
@@ -121,6 +159,47 @@ at::Tensor denseInOut(const at::Tensor& x, const at::Tensor& w, const at::Tensor
 at::Tensor layerNorm(const at::Tensor& x, int64_t n, const at::Tensor& w, const at::Tensor& b, double eps)
 {
     return at::layer_norm(x, {n}, like(w, x), like(b, x), eps);
+}
+
+at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w, double eps)
+{
+    const at::ScalarType xt = x.scalar_type(), wt = w.scalar_type();
+    const int64_t n = x.size(-1);
+    if (x.is_cpu() && w.is_cpu() && x.is_contiguous() && w.is_contiguous() && w.numel() == n &&
+        ((xt == at::kFloat && (wt == at::kFloat || wt == at::kHalf)) || (xt == at::kBFloat16 && wt == xt))) {
+        at::Tensor out = at::empty_like(x);
+        const int64_t rows = x.numel() / n;
+        if (xt == at::kBFloat16)
+            rmsNormRows(x.data_ptr<at::BFloat16>(), w.data_ptr<at::BFloat16>(), rows, n, float(eps),
+                        out.data_ptr<at::BFloat16>());
+        else if (wt == at::kHalf)
+            rmsNormRows(x.data_ptr<float>(), w.data_ptr<at::Half>(), rows, n, float(eps), out.data_ptr<float>());
+        else
+            rmsNormRows(x.data_ptr<float>(), w.data_ptr<float>(), rows, n, float(eps), out.data_ptr<float>());
+        return out;
+    }
+    at::Tensor f = x.to(at::kFloat);
+    f = f * at::rsqrt(f.pow(2).mean(-1, true) + eps);
+    return w * f.to(x.scalar_type());
+}
+
+at::Tensor rotary(const at::Tensor& q, const at::Tensor& cos, const at::Tensor& sin)
+{
+    const at::ScalarType t = q.scalar_type();
+    const int64_t heads = q.size(1), dim = q.size(3);
+    if (q.is_cpu() && q.size(0) == 1 && q.size(2) == 1 && q.stride(3) == 1 && dim % 2 == 0 && cos.is_contiguous() &&
+        sin.is_contiguous() && cos.scalar_type() == t && sin.scalar_type() == t && cos.is_cpu() &&
+        (t == at::kFloat || t == at::kBFloat16)) {
+        at::Tensor out = at::empty({1, heads, 1, dim}, q.options());
+        if (t == at::kBFloat16)
+            rotateHeads(q.data_ptr<at::BFloat16>(), q.stride(1), heads, dim, cos.data_ptr<at::BFloat16>(),
+                        sin.data_ptr<at::BFloat16>(), out.data_ptr<at::BFloat16>());
+        else
+            rotateHeads(q.data_ptr<float>(), q.stride(1), heads, dim, cos.data_ptr<float>(), sin.data_ptr<float>(),
+                        out.data_ptr<float>());
+        return out;
+    }
+    return q * cos + rotateHalf(q) * sin;
 }
 
 at::Tensor embed(const at::Tensor& w, const at::Tensor& ids, at::ScalarType dtype)

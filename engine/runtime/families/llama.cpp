@@ -7,19 +7,6 @@
 namespace stowage::arch {
 namespace {
 
-at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w, double eps)
-{
-    at::Tensor f = x.to(at::kFloat);
-    f = f * at::rsqrt(f.pow(2).mean(-1, true) + eps);
-    return w * f.to(x.scalar_type());
-}
-
-at::Tensor rotateHalf(const at::Tensor& x)
-{
-    auto halves = x.chunk(2, -1);
-    return at::cat({-halves[1], halves[0]}, -1);
-}
-
 at::Tensor linear(const at::Tensor& x, const UnitScope& u, const std::string& name, bool bias)
 {
     return bias ? dense(x, u.w(name + ".weight"), u.w(name + ".bias")) : dense(x, u.w(name + ".weight"));
@@ -81,8 +68,8 @@ public:
             q = q.transpose(1, 2);
             k = k.transpose(1, 2);
             v = v.transpose(1, 2);
-            q = q * cos + rotateHalf(q) * sin;
-            k = k * cos + rotateHalf(k) * sin;
+            q = rotary(q, cos, sin);
+            k = rotary(k, cos, sin);
             auto [kk, vv] = appendCache(cache[size_t(l)], k, v);
             at::Tensor o = attention(q, kk, vv, 1.0 / std::sqrt(double(m_headDim)));
             o = o.transpose(1, 2).reshape({T, m_heads * m_headDim});

@@ -66,6 +66,15 @@ at::Tensor dense(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b =
 at::Tensor denseInOut(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b);
 // LayerNorm over the last n features; weights in another dtype than x are widened.
 at::Tensor layerNorm(const at::Tensor& x, int64_t n, const at::Tensor& w, const at::Tensor& b, double eps);
+// LlamaRMSNorm over the last dimension: in fp32, rounded to x's dtype, times
+// the weight. On the CPU for fp32 and bf16 activations one loop over the rows
+// with LibTorch's roundings (its seven operations cost 34 us a call in bf16
+// at hidden 1024, most of a small model's norm time); elsewhere those operations.
+at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w, double eps);
+// q * cos + rotate_half(q) * sin for q [1, heads, T, dim], cos/sin [T, dim] in
+// q's dtype. One new position on the CPU (fp32, bf16): one loop with the
+// roundings of LibTorch's five operations, which cost 25 us a call.
+at::Tensor rotary(const at::Tensor& q, const at::Tensor& cos, const at::Tensor& sin);
 // Rows of an embedding table in the activations' dtype (WeightStore::computeDType).
 at::Tensor embed(const at::Tensor& w, const at::Tensor& ids, at::ScalarType dtype);
 // Appends k/v [B, KV, T, D] to the layer's cache and returns views of all

@@ -97,6 +97,8 @@ private slots:
     void attentionAgainstDoubleSums();
     void attentionDeclinesWhatItCannotDo();
     void normAndRotaryAsLibTorch();
+    void transposedAgainstDoubleSums_data();
+    void transposedAgainstDoubleSums();
 };
 
 void TestGemv::kernelsListed()
@@ -345,6 +347,50 @@ void TestGemv::normAndRotaryAsLibTorch()
             const at::Tensor want = q * cos + at::cat({-halves[1], halves[0]}, -1) * sin;
             QVERIFY2(at::equal(rotary(q, cos, sin), want), qPrintable(QString("%1 dim %2").arg(c10::toString(dt)).arg(dim)));
         }
+}
+
+void TestGemv::transposedAgainstDoubleSums_data() { addKernelRows(); }
+
+void TestGemv::transposedAgainstDoubleSums()
+{
+    // W^T x for Conv1D weights stored [in, out] (gemv.h gemvT), with the
+    // kernel under test chosen for W's dtype: against the same double sums
+    // over W^T (the bf16 dot-product kernel's choice runs the AVX-512 one).
+    // Undefined where there is no kernel or the columns do not fit its width.
+    QFETCH(int, kernel);
+    QFETCH(int, wdtype);
+    QFETCH(int, xdtype);
+    const auto wt = at::ScalarType(wdtype), xt = at::ScalarType(xdtype);
+    const GemvKernel kt = GemvKernel(kernel);
+    struct Restore {
+        at::ScalarType t;
+        GemvKernel k;
+        ~Restore() { overrideGemvKernel(t, k); }
+    } restore{wt, gemvKernelFor(wt)};
+    overrideGemvKernel(wt, kt);
+    std::mt19937 rng(5);
+    if (kt == GemvKernel::None) { // no kernel: the caller's LibTorch path
+        QVERIFY(!gemvT(uniform(8, 32, rng, wt), uniform(1, 8, rng, xt)[0]).defined());
+        return;
+    }
+    const Shape shapes[] = {{1, 16}, {3, 32}, {5, 48}, {9, 2304}, {768, 2304}, {1001, 64}, {3072, 768}};
+    for (const Shape& s : shapes) { // n = in, k = out
+        at::Tensor w = uniform(s.n, s.k, rng, wt), x = uniform(1, s.n, rng, xt)[0];
+        const at::Tensor y = gemvT(w, x);
+        QVERIFY2(y.defined(), qPrintable(QString("%1x%2").arg(s.n).arg(s.k)));
+        QCOMPARE(y.scalar_type(), xt);
+        const at::Tensor yf = y.to(at::kDouble);
+        std::vector<double> abs;
+        const auto ref = reference(w.t().contiguous(), x, &abs);
+        for (int64_t c = 0; c < s.k; ++c) {
+            const double want = ref[size_t(c)];
+            const double tol = double(s.n) * 6e-8 * abs[size_t(c)] + std::abs(want) * outputUlp(xt) + 1e-30;
+            const double got = yf[c].item<double>();
+            if (!(std::abs(got - want) <= tol))
+                QFAIL(qPrintable(QString("%1x%2 column %3: %4, expected %5 +- %6").arg(s.n).arg(s.k).arg(c).arg(got).arg(want).arg(tol)));
+        }
+    }
+    QVERIFY(!gemvT(uniform(4, 12, rng, wt), uniform(1, 4, rng, xt)[0]).defined()); // 12 columns: no vector width
 }
 
 QTEST_GUILESS_MAIN(TestGemv)

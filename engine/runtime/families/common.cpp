@@ -148,7 +148,14 @@ at::Tensor dense(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b)
 
 at::Tensor denseInOut(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b)
 {
-    // W is [in, out]: no row kernel; one row or many, the same product.
+    // W is [in, out]. One row on the CPU: W^T x streamed by the engine's
+    // kernel (LibTorch widened fp16 W whole per token, and its fp32 mv ran
+    // OpenBLAS's threads beside ours).
+    if (x.dim() == 2 && x.size(0) == 1 && w.is_cpu()) {
+        at::Tensor y = gemvT(w, x[0]);
+        if (y.defined())
+            return (y + like(b, y)).unsqueeze(0);
+    }
     if (w.scalar_type() != x.scalar_type() && x.dim() == 2)
         return widenedProduct(x, w, true) + like(b, x);
     if (x.dim() == 2 && x.size(0) == 1 && w.is_cpu())

@@ -338,6 +338,61 @@ void widenInto(const at::Tensor& src, at::Tensor& dst)
 
 at::Tensor gemv(const at::Tensor& w, const at::Tensor& x) { return gemvWith(gemvKernelFor(w.scalar_type()), w, x); }
 
+namespace {
+// The accumulate-rows kernel for W of `dtype` under `kernel`, or nullptr.
+rows::AccFn accFor(GemvKernel kernel, at::ScalarType dtype)
+{
+#if STOWAGE_GEMV_X86
+    const bool wide = kernel == GemvKernel::Avx512 || kernel == GemvKernel::Avx512Bf16;
+    if (!wide && kernel != GemvKernel::Avx2)
+        return nullptr;
+    switch (dtype) {
+    case at::kFloat: return wide ? rows::f32AccAvx512 : rows::f32AccAvx2;
+    case at::kBFloat16: return wide ? rows::bf16AccAvx512 : rows::bf16AccAvx2;
+    case at::kHalf: return wide ? rows::f16AccAvx512 : rows::f16AccAvx2;
+    default: break;
+    }
+#endif
+    (void)kernel, (void)dtype;
+    return nullptr;
+}
+int accWidth(GemvKernel kernel) { return kernel == GemvKernel::Avx2 ? 8 : 16; }
+} // namespace
+
+at::Tensor gemvT(const at::Tensor& w, const at::Tensor& x)
+{
+    const at::ScalarType wt = w.scalar_type(), xt = x.scalar_type();
+    const GemvKernel kernel = gemvKernelFor(wt);
+    const rows::AccFn acc = accFor(kernel, wt);
+    if (!acc || w.dim() != 2 || x.dim() != 1 || w.size(0) != x.size(0) || !w.is_cpu() || !x.is_cpu() ||
+        !w.is_contiguous() || (xt != wt && xt != at::kFloat) || w.size(1) % accWidth(kernel) != 0 || w.size(1) == 0)
+        return {};
+    const int64_t in = w.size(0), out = w.size(1);
+    const at::Tensor xf = x.to(at::kFloat).contiguous();
+    // Each thread sums a fixed share of the rows into its own y, added at the
+    // end: the order of every sum depends on the thread count only, so the
+    // same run gives the same tokens.
+    const int threads = int(std::max<int64_t>(1, std::min<int64_t>(std::max(1, at::get_num_threads()),
+                                                                     in * out * int64_t(w.element_size()) >> 18)));
+    at::Tensor parts = at::zeros({threads, out}, at::kFloat);
+    struct Work {
+        rows::AccFn acc;
+        const char* w;
+        const float* x;
+        float* y;
+        int64_t in, out, share, rowBytes;
+    } work{acc, static_cast<const char*>(w.data_ptr()), xf.data_ptr<float>(), parts.data_ptr<float>(), in, out,
+           (in + threads - 1) / threads, out * int64_t(w.element_size())};
+    Helpers::instance().run(threads, [](void* ctx, int worker) {
+        auto& s = *static_cast<Work*>(ctx);
+        const int64_t from = worker * s.share, to = std::min(s.in, from + s.share);
+        if (from < to)
+            s.acc(s.w + from * s.rowBytes, s.x + from, s.out, to - from, s.y + worker * s.out);
+    }, &work);
+    at::Tensor y = threads == 1 ? parts[0] : parts.sum(0);
+    return xt == at::kFloat ? y : y.to(xt);
+}
+
 at::Tensor attendOne(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale)
 {
 #if STOWAGE_GEMV_X86

@@ -48,6 +48,13 @@ at::Tensor gemv(const at::Tensor& w, const at::Tensor& x);
 // products need bf16 on both sides).
 at::Tensor gemvWith(GemvKernel kernel, const at::Tensor& w, const at::Tensor& x);
 
+// y [out] = W^T x for W stored [in, out] (GPT-2's Conv1D), W fp32, bf16 or
+// fp16 and x fp32 or W's dtype; y in x's dtype, fp32 sums. W is streamed
+// once in order, each thread summing its share of the rows. Undefined where
+// there is no kernel (no AVX2, out not a multiple of the vector width):
+// the caller falls back to LibTorch.
+at::Tensor gemvT(const at::Tensor& w, const at::Tensor& x);
+
 // Attention of one new position over the cache on the CPU: q [1, H, 1, D],
 // k and v [1, KV, S, D] with each head's positions one after another (the
 // KV cache's layout); scores, softmax and sums in fp32, heads shared by the

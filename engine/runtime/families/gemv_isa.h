@@ -121,36 +121,31 @@ void rowsOf(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, flo
 }
 
 // y[0, k) += sum over rows r < n of p[r] W[r, :], for W of n rows of k
-// elements one after another and k a multiple of Isa::N (attention's
-// values: W is a head's cached V, p its softmax weights). Four vectors of
-// y at a time stay in registers over all rows.
+// elements one after another and k a multiple of Isa::N: attention's values
+// (W a head's cached V, p its softmax weights) and GPT-2's Conv1D weights
+// [in, out] times x. W is read once, in order, four rows at a time; y stays
+// in L1 (k floats).
 template <class T>
 void accumulateRows(const void* w, const float* p, int64_t k, int64_t n, float* y)
 {
     using V = typename Isa::V;
     constexpr int N = Isa::N;
     const T* wp = static_cast<const T*>(w);
-    int64_t j = 0;
-    for (; j + 4 * N <= k; j += 4 * N) {
-        V a0 = Isa::load(y + j), a1 = Isa::load(y + j + N), a2 = Isa::load(y + j + 2 * N), a3 = Isa::load(y + j + 3 * N);
-        for (int64_t r = 0; r < n; ++r) {
-            const T* row = wp + r * k + j;
-            const V s = Isa::set(p[r]);
-            a0 = Isa::fma(Isa::load(row), s, a0);
-            a1 = Isa::fma(Isa::load(row + N), s, a1);
-            a2 = Isa::fma(Isa::load(row + 2 * N), s, a2);
-            a3 = Isa::fma(Isa::load(row + 3 * N), s, a3);
+    int64_t r = 0;
+    for (; r + 4 <= n; r += 4) {
+        const T* w0 = wp + r * k;
+        const V s0 = Isa::set(p[r]), s1 = Isa::set(p[r + 1]), s2 = Isa::set(p[r + 2]), s3 = Isa::set(p[r + 3]);
+        for (int64_t j = 0; j < k; j += N) {
+            V a = Isa::fma(Isa::load(w0 + j), s0, Isa::load(y + j));
+            a = Isa::fma(Isa::load(w0 + k + j), s1, a);
+            a = Isa::fma(Isa::load(w0 + 2 * k + j), s2, a);
+            Isa::store(y + j, Isa::fma(Isa::load(w0 + 3 * k + j), s3, a));
         }
-        Isa::store(y + j, a0);
-        Isa::store(y + j + N, a1);
-        Isa::store(y + j + 2 * N, a2);
-        Isa::store(y + j + 3 * N, a3);
     }
-    for (; j < k; j += N) {
-        V a0 = Isa::load(y + j);
-        for (int64_t r = 0; r < n; ++r)
-            a0 = Isa::fma(Isa::load(wp + r * k + j), Isa::set(p[r]), a0);
-        Isa::store(y + j, a0);
+    for (; r < n; ++r) {
+        const V s = Isa::set(p[r]);
+        for (int64_t j = 0; j < k; j += N)
+            Isa::store(y + j, Isa::fma(Isa::load(wp + r * k + j), s, Isa::load(y + j)));
     }
 }
 

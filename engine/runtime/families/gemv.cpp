@@ -5,14 +5,14 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -404,8 +404,7 @@ at::Tensor attendOne(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
     GemvKernel kernel = gemvKernelFor(dt);
     if (kernel == GemvKernel::Avx512Bf16)
         kernel = GemvKernel::Avx512; // q stays fp32 here
-    const bool wide = kernel == GemvKernel::Avx512;
-    if (kernel == GemvKernel::None || dim % (wide ? 16 : 8) != 0 || k.size(0) != 1 || k.size(3) != dim ||
+    if (kernel == GemvKernel::None || dim % accWidth(kernel) != 0 || k.size(0) != 1 || k.size(3) != dim ||
         kvHeads < 1 || heads % kvHeads != 0 || positions < 1 || k.stride(3) != 1 || k.stride(2) != dim ||
         v.stride(3) != 1 || v.stride(2) != dim)
         return {};
@@ -424,9 +423,7 @@ at::Tensor attendOne(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
     } work;
     const int64_t es = int64_t(at::elementSize(dt));
     work.dot = rowsFor(kernel, dt, at::kFloat);
-    work.acc = dt == at::kFloat    ? (wide ? rows::f32AccAvx512 : rows::f32AccAvx2)
-               : dt == at::kHalf   ? (wide ? rows::f16AccAvx512 : rows::f16AccAvx2)
-                                   : (wide ? rows::bf16AccAvx512 : rows::bf16AccAvx2);
+    work.acc = accFor(kernel, dt);
     const at::Tensor qf = q.to(at::kFloat).contiguous();
     at::Tensor out = at::zeros({1, heads, 1, dim}, at::kFloat);
     const int threads = int(std::min<int64_t>(std::max(1, at::get_num_threads()), heads));
@@ -479,6 +476,5 @@ at::Tensor attendOne(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
     return {};
 #endif
 }
-
 
 } // namespace stowage::arch

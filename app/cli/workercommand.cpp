@@ -13,7 +13,6 @@
 #include "stowage/costmodel.h"
 #include "stowage/error.h"
 #include "stowage/kvcache.h"
-#include "stowage/mappedfile.h"
 #include "stowage/session.h"
 #include "stowage/tokenizer.h"
 

@@ -9,8 +9,8 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <chrono>
+#include <cstring>
 #include <sys/mman.h>
 #include <unistd.h>
 #include <filesystem>

@@ -93,13 +93,14 @@ void rows1(const T* w0, const float* x, int64_t k, float* y)
 }
 
 // Rows [r0, r1) of W [n, k] (also for gemv_avx512.cpp's dot-product kernel).
-// Where x stays in L1 beside the stream (up to 16 KiB), one row at a time:
-// consecutive rows are one sequential stream, which the prefetchers follow
-// to the chunk's end. Four rows at a time read four streams a row apart;
-// with short rows each stream is cut off after a row, and bf16 rows of 1024
-// streamed at 22-26 GB/s against 30-42 one at a time (Zen 4). Longer x
-// (MLP down projections: 22-44 KiB) would be read from L2 once per row: four
-// rows share each load of it (28-32 GB/s against 24 one at a time, k 11008).
+// Where x is at most 8 KiB, one row at a time: consecutive rows are one
+// sequential stream, which the prefetchers follow to the chunk's end. Four
+// rows at a time read four streams a row apart; with short rows each stream
+// is cut off after a row, and bf16 rows of 1024 streamed at 22-26 GB/s
+// against 30-42 one at a time (Zen 4). Longer x is shared by four rows per
+// load: an fp32 x of 4096 (16 KiB) streamed slower one row at a time, and
+// the MLP down projections' x (22-44 KiB) would come from L2 once per row
+// (28-32 GB/s four at a time against 24 one at a time, k 11008).
 template <class T, class X, void (*Four)(const T*, const X*, int64_t, float*),
           void (*One)(const T*, const X*, int64_t, float*)>
 void rowBlocks(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y)

@@ -291,8 +291,8 @@ at::Tensor gemvWith(GemvKernel kernel, const at::Tensor& w, const at::Tensor& x)
     const int threads = std::max(1, at::get_num_threads());
     const int64_t rowBytes = std::max<int64_t>(1, work.k * int64_t(wc.element_size()));
     const int64_t minRows = (int64_t(256) << 10) / rowBytes;
-    work.chunk = std::max<int64_t>({4, minRows, work.n / (int64_t(threads) * 4)});
-    work.chunk = (work.chunk + 3) / 4 * 4;
+    work.chunk = std::max<int64_t>({8, minRows, work.n / (int64_t(threads) * 4)});
+    work.chunk = (work.chunk + 7) / 8 * 8; // whole blocks of eight rows (gemv_isa.h)
     work.chunks = (work.n + work.chunk - 1) / work.chunk;
     Helpers::instance().run(int(std::min<int64_t>(threads, work.chunks)), [](void* ctx, int) {
         auto& s = *static_cast<Work*>(ctx);

@@ -6,10 +6,9 @@
 // once per instruction set with that file's -m flags and has internal linkage
 // (nothing compiled for AVX-512 can be picked by the linker for another caller).
 //
-// Four rows at a time, two vectors of columns per step: eight independent
-// accumulators named one by one (an array of them was kept in memory by
-// GCC -O2, a chain through the stack that halved the speed), one load of x
-// shared by the four rows.
+// Eight or four rows at a time: independent accumulators named one by one
+// (an array of them was kept in memory by GCC -O2, a chain through the stack
+// that halved the speed), one load of x shared by the rows.
 #include "gemv_rows.h"
 
 #include <cstdint>
@@ -20,15 +19,15 @@ namespace {
 using stowage::arch::rows::Bf16;
 using stowage::arch::rows::F16;
 
-// A hint for the first two cache lines of each of the four rows after the
+// A hint for the first two cache lines of each of the `rows` rows after the
 // block at `next` (rows of `rowBytes`), given once per block. The hardware
 // prefetchers stop at page boundaries, and a row of 1024 fp32 is a page:
 // without the hint every block of four rows starts with four misses. One hint
 // per line read (the earlier form) cost load slots: on Zen 4 it streamed
 // 22-26 GB/s against 32-33 without it (docs/PERFORMANCE.md).
-inline void prefetchRowStarts(const char* next, int64_t rowBytes)
+inline void prefetchRowStarts(const char* next, int64_t rowBytes, int rows = 4)
 {
-    for (int r = 0; r < 4; ++r) {
+    for (int r = 0; r < rows; ++r) {
         _mm_prefetch(next + r * rowBytes, _MM_HINT_T0);
         _mm_prefetch(next + r * rowBytes + 64, _MM_HINT_T0);
     }
@@ -72,6 +71,54 @@ void rows4(const T* w0, const float* x, int64_t k, float* y)
     y[3] = Isa::sum(Isa::add(a3, b3));
 }
 
+// Eight rows, one vector of columns per step (eight accumulators: few
+// enough for AVX2's sixteen registers). Half the loads of x per weight byte
+// of rows4; on Zen 4, fp16 rows of 4096 and 11008 streamed at 0.90-0.93 of a
+// plain read against 0.81-0.87 four at a time, fp32 at 0.95-1.01 against
+// 0.93-0.96 (medians of 40 interleaved passes, docs/PERFORMANCE.md).
+template <class T>
+void rows8(const T* w0, const float* x, int64_t k, float* y)
+{
+    using V = typename Isa::V;
+    constexpr int N = Isa::N;
+    const T *w1 = w0 + k, *w2 = w1 + k, *w3 = w2 + k, *w4 = w3 + k, *w5 = w4 + k, *w6 = w5 + k, *w7 = w6 + k;
+    V a0 = Isa::zero(), a1 = Isa::zero(), a2 = Isa::zero(), a3 = Isa::zero();
+    V a4 = Isa::zero(), a5 = Isa::zero(), a6 = Isa::zero(), a7 = Isa::zero();
+    prefetchRowStarts(reinterpret_cast<const char*>(w0 + 8 * k), k * int64_t(sizeof(T)), 8);
+    int64_t j = 0;
+    for (; j + N <= k; j += N) {
+        const V x0 = Isa::load(x + j);
+        a0 = Isa::fma(Isa::load(w0 + j), x0, a0);
+        a1 = Isa::fma(Isa::load(w1 + j), x0, a1);
+        a2 = Isa::fma(Isa::load(w2 + j), x0, a2);
+        a3 = Isa::fma(Isa::load(w3 + j), x0, a3);
+        a4 = Isa::fma(Isa::load(w4 + j), x0, a4);
+        a5 = Isa::fma(Isa::load(w5 + j), x0, a5);
+        a6 = Isa::fma(Isa::load(w6 + j), x0, a6);
+        a7 = Isa::fma(Isa::load(w7 + j), x0, a7);
+    }
+    if (j < k) {
+        const int n = int(k - j);
+        const V x0 = Isa::loadPart(x + j, n);
+        a0 = Isa::fma(Isa::loadPart(w0 + j, n), x0, a0);
+        a1 = Isa::fma(Isa::loadPart(w1 + j, n), x0, a1);
+        a2 = Isa::fma(Isa::loadPart(w2 + j, n), x0, a2);
+        a3 = Isa::fma(Isa::loadPart(w3 + j, n), x0, a3);
+        a4 = Isa::fma(Isa::loadPart(w4 + j, n), x0, a4);
+        a5 = Isa::fma(Isa::loadPart(w5 + j, n), x0, a5);
+        a6 = Isa::fma(Isa::loadPart(w6 + j, n), x0, a6);
+        a7 = Isa::fma(Isa::loadPart(w7 + j, n), x0, a7);
+    }
+    y[0] = Isa::sum(a0);
+    y[1] = Isa::sum(a1);
+    y[2] = Isa::sum(a2);
+    y[3] = Isa::sum(a3);
+    y[4] = Isa::sum(a4);
+    y[5] = Isa::sum(a5);
+    y[6] = Isa::sum(a6);
+    y[7] = Isa::sum(a7);
+}
+
 template <class T>
 void rows1(const T* w0, const float* x, int64_t k, float* y)
 {
@@ -97,20 +144,25 @@ void rows1(const T* w0, const float* x, int64_t k, float* y)
 // sequential stream, which the prefetchers follow to the chunk's end. Four
 // rows at a time read four streams a row apart; with short rows each stream
 // is cut off after a row, and bf16 rows of 1024 streamed at 22-26 GB/s
-// against 30-42 one at a time (Zen 4). Longer x is shared by four rows per
-// load: an fp32 x of 4096 (16 KiB) streamed slower one row at a time, and
+// against 30-42 one at a time (Zen 4). Longer x is shared by eight rows per
+// load (four for the last rows of a range; the bf16 dot-product kernel has
+// no eight-row form, which decoded no faster): an fp32 x of 4096 (16 KiB) streamed slower one row at a time, and
 // the MLP down projections' x (22-44 KiB) would come from L2 once per row
 // (28-32 GB/s four at a time against 24 one at a time, k 11008).
 template <class T, class X, void (*Four)(const T*, const X*, int64_t, float*),
-          void (*One)(const T*, const X*, int64_t, float*)>
+          void (*One)(const T*, const X*, int64_t, float*), void (*Eight)(const T*, const X*, int64_t, float*) = nullptr>
 void rowBlocks(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y)
 {
     const T* wp = static_cast<const T*>(w);
     const X* xp = static_cast<const X*>(x);
     int64_t r = r0;
-    if (k * int64_t(sizeof(X)) > (int64_t(8) << 10))
+    if (k * int64_t(sizeof(X)) > (int64_t(8) << 10)) {
+        if constexpr (Eight != nullptr)
+            for (; r + 8 <= r1; r += 8)
+                Eight(wp + r * k, xp, k, y + r);
         for (; r + 4 <= r1; r += 4)
             Four(wp + r * k, xp, k, y + r);
+    }
     for (; r < r1; ++r)
         One(wp + r * k, xp, k, y + r);
 }
@@ -118,7 +170,7 @@ void rowBlocks(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, 
 template <class T>
 void rowsOf(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y)
 {
-    rowBlocks<T, float, rows4<T>, rows1<T>>(w, x, k, r0, r1, y);
+    rowBlocks<T, float, rows4<T>, rows1<T>, rows8<T>>(w, x, k, r0, r1, y);
 }
 
 // y[0, k) += sum over rows r < n of p[r] W[r, :], for W of n rows of k

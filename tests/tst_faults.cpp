@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <memory>
 
 using namespace stowage;
 using fixtures::WorkerHarness;
@@ -600,7 +601,8 @@ void TestFaults::destroyingWindowDuringRunEndsWorker()
 {
     // As the app does on quit: the window closes and is destroyed at once,
     // with no event loop left to wait in. Nothing hangs, the worker is gone.
-    auto* w = new MainWindow([] {
+    // Owned here: a failed check below still destroys it, and its worker.
+    auto w = std::make_unique<MainWindow>([] {
         MainWindow::Options o;
         o.probeMachine = false;
         o.restoreSettings = false;
@@ -616,15 +618,16 @@ void TestFaults::destroyingWindowDuringRunEndsWorker()
     r.simulateGpus = true;
     r.hardware = m_mediumProfile;
     r.throttle = true;
-    c->dispatch(r); // a load that crawls for ~6 s
+    c->dispatch(r); // copies to the simulated GPU crawl: ~6 s
     QTRY_VERIFY_WITH_TIMEOUT(c->state() == RunController::State::Loading, 30000);
     QTest::qWait(200);
+    QCOMPARE(c->state(), RunController::State::Loading); // still dispatching
     const qint64 pid = c->workerPid();
     QVERIFY(fixtures::processRunning(pid));
     QElapsedTimer t;
     t.start();
     w->close();
-    delete w;
+    w.reset();
     qInfo("window destroyed mid-dispatch in %lld ms", static_cast<long long>(t.elapsed()));
     QVERIFY(t.elapsed() < 10000);
     QVERIFY(!fixtures::processRunning(pid));

@@ -216,6 +216,7 @@ void WeightStore::load(const ProgressFn& progress)
                     done += t.nbytes;
                     continue;
                 }
+                const double t0 = m_telemetry.now();
                 try {
                     s.resident = s.homeDev->torch.is_cpu()
                                      ? ownedHostCopy(fromSource(s), m_weightDType)
@@ -224,9 +225,13 @@ void WeightStore::load(const ProgressFn& progress)
                     throw InputError("device " + s.homeDev->label(),
                                      "cannot hold " + s.name + ": " + std::string(e.what_without_backtrace()));
                 }
-                if (!s.homeDev->torch.is_cpu())
+                if (s.homeDev->device.kind == Device::Gpu) {
                     m_telemetry.addH2D(s.bytes);
-                else if (m_exec->torch.is_cuda() && m_options.policy != ExecutionPolicy::AccelerateLike)
+                    // Dispatch crosses the simulated link as every later copy
+                    // does (fetchInto): a throttled load lasts as it would.
+                    if (s.homeDev->simulated && m_options.simulatedPcieBytesPerSecond > 0)
+                        pause(double(s.bytes) / m_options.simulatedPcieBytesPerSecond - (m_telemetry.now() - t0));
+                } else if (m_exec->torch.is_cuda() && m_options.policy != ExecutionPolicy::AccelerateLike)
                     s.resident = cuda::pinned(s.resident); // fast, asynchronous host-to-GPU copies
             }
             done += t.nbytes;

@@ -115,6 +115,7 @@ private slots:
     void baseModelSaveReadsDiskWeightsInPlace();
     void tiedHeadDoesNotPrefetchASecondCopy();
     void sessionLoadsTheCheckpointItIsGiven();
+    void cacheHoldsPositionsPastItsFirstBlock_data();
     void cacheHoldsPositionsPastItsFirstBlock();
 };
 
@@ -483,14 +484,24 @@ void TestRuntime::sessionLoadsTheCheckpointItIsGiven()
     QCOMPARE(a.logits, b.logits); // the same weights, bit for bit
 }
 
+void TestRuntime::cacheHoldsPositionsPastItsFirstBlock_data()
+{
+    QTest::addColumn<int>("expected");
+    QTest::addRow("growing") << 0;
+    // Sized for 300 positions at the first allocation, then growing past them.
+    QTest::addRow("expected 300") << 300;
+}
+
 void TestRuntime::cacheHoldsPositionsPastItsFirstBlock()
 {
     // The KV cache grows a block of positions at a time (common.cpp), many
-    // times between 250 and 520 positions. Decode steps on both sides of a
-    // growth must give the logits of the whole text
+    // times between 250 and 520 positions, or takes the positions the run
+    // expects at once. Decode steps on both sides of a growth must give the
+    // logits of the whole text
     // run at once with an empty cache. Grouped-query heads (4 over 2), fp32;
     // head_dim 16, so steps go through the engine's attention kernel where
     // the CPU has AVX2 (gemv.h attendOne) and the whole text through LibTorch's.
+    QFETCH(int, expected);
     const std::string d = path("llama-long");
     fs::create_directories(d);
     const fixtures::LlamaShape s{500, 64, 128, 2, 4, 2, false};
@@ -504,6 +515,7 @@ void TestRuntime::cacheHoldsPositionsPastItsFirstBlock()
     std::vector<int32_t> text;
     for (int i = 0; i < 250; ++i)
         text.push_back(int32_t((i * 37 + 11) % 500));
+    stepped->resetCache(expected);
     stepped->forward(text);
     int compared = 0;
     for (int step = 0; step < 270; ++step) { // positions 250..519

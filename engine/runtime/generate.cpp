@@ -62,7 +62,7 @@ GenerationResult generate(Model& model, const std::vector<int32_t>& prompt, cons
     if (o.stop)
         model.setInterrupt(o.stop);
     auto stopRequested = [&] { return o.stop && o.stop->load(); };
-    model.resetCache();
+    model.resetCache(int(prompt.size()) + std::max(0, o.maxNewTokens));
     auto t0 = clock::now();
     auto t1 = t0;
     std::vector<float> logits;

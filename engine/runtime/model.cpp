@@ -103,9 +103,11 @@ std::vector<float> Model::forward(const std::vector<int32_t>& ids, bool allPosit
     return std::vector<float>(p, p + logits.numel());
 }
 
-void Model::resetCache()
+void Model::resetCache(int expectedPositions)
 {
-    m_impl->cache.assign(m_impl->cache.size(), arch::LayerCache());
+    arch::LayerCache empty;
+    empty.expected = std::max(0, expectedPositions);
+    m_impl->cache.assign(m_impl->cache.size(), empty);
     m_impl->cached = 0;
 }
 

@@ -68,7 +68,10 @@ public:
     // Runs `ids` after what the cache holds; returns float32 logits, one row of
     // vocabSize() per position when allPositions, else only the last position's.
     std::vector<float> forward(const std::vector<int32_t>& ids, bool allPositions = false);
-    void resetCache();
+    // Empties the KV cache. `expectedPositions`: how many positions the next
+    // run will hold at most (prompt + new tokens), so CPU caches are sized
+    // once instead of growing; 0 when unknown.
+    void resetCache(int expectedPositions = 0);
     int vocabSize() const;
     int cachedTokens() const;
     const std::string& modelType() const;

@@ -18,6 +18,9 @@ struct LayerCache {
     // so a decode step writes one position instead of copying them all.
     at::Tensor k, v;
     int64_t length = 0;
+    // Positions the run is expected to reach (Model::resetCache): a CPU
+    // buffer takes them at its first allocation instead of growing.
+    int64_t expected = 0;
 };
 
 class Runner {

@@ -74,7 +74,7 @@ QJsonObject generateIds(const QJsonArray& ids, int tokens)
 class TestFaults : public QObject {
     Q_OBJECT
     QTemporaryDir m_tmp;
-    QString m_demo, m_tiny, m_mid, m_slowProfile, m_mediumProfile;
+    QString m_demo, m_tiny, m_mid, m_slowProfile, m_mediumProfile, m_crawlProfile;
 
     // Loads `path` into RAM, generates, unloads: LibTorch and OpenBLAS set
     // up their pools on first use and keep them, so baselines come after one.
@@ -89,6 +89,7 @@ private slots:
     void nextCommandRightAfterTheLastEventIsServed();
     void budgetOverrunMidDispatch();
     void cancelDuringLoadGivesMemoryBack();
+    void stopDuringThrottledLoadLandsWithinASlice();
     void stopDuringGenerationReleasesFetchedCopies();
     void addressSpaceExhausted();
     void closingWindowDuringRunEndsWorker();
@@ -126,6 +127,7 @@ void TestFaults::initTestCase()
     };
     m_slowProfile = profile("slow", 20000);
     m_mediumProfile = profile("medium", 5e6);
+    m_crawlProfile = profile("crawl", 200); // 200 B/s: each tensor of the mid model takes 5 s or more
 }
 
 bool TestFaults::warmUp(WorkerHarness& h, const QString& path)
@@ -449,6 +451,37 @@ void TestFaults::cancelDuringLoadGivesMemoryBack()
     QCOMPARE(h.at(h.request({{"cmd", "unload"}}, {"unloaded"})).value("was_loaded").toBool(), false);
     QCOMPARE(h.name(h.request({{"cmd", "load"}, {"path", m_tiny}}, {"loaded", "error"})), QString("loaded"));
     QCOMPARE(h.name(h.request(generateIds({1, 2}, 2), {"done", "error"})), QString("done"));
+}
+
+void TestFaults::stopDuringThrottledLoadLandsWithinASlice()
+{
+    // Copies to the simulated GPU crawl at 200 B/s, so the load sits in the
+    // first tensor's copy for seconds. A stop lands within one of the
+    // pause's 10 ms slices, not after the copy.
+    WorkerHarness h(QStringLiteral(STOWAGE_CLI));
+    QVERIFY(h.start() >= 0);
+    const QJsonObject load{{"cmd", "load"},
+                           {"path", m_mid},
+                           {"dtype", "float32"},
+                           {"device_map", QJsonObject{{"transformer", 0}, {"lm_head", 0}}},
+                           {"simulate_gpus", true},
+                           {"hardware", m_crawlProfile},
+                           {"throttle", true}};
+    const int from = int(h.events.size());
+    h.client.send(load);
+    const int p = h.waitForAny({"progress", "loaded", "error"}, from);
+    QCOMPARE(h.name(p), QString("progress")); // sent as the first tensor's copy starts
+    QTest::qWait(200);
+    QElapsedTimer t;
+    t.start();
+    h.client.stop();
+    const int c = h.waitForAny({"cancelled", "loaded", "error"}, p, 30000);
+    const qint64 latency = t.elapsed();
+    QCOMPARE(h.name(c), QString("cancelled"));
+    qInfo("stop during a throttled load: cancelled %lld ms later", static_cast<long long>(latency));
+    // Hang guard, 50x a slice and a round trip; a copy finished first would take 5 s or more.
+    QVERIFY2(latency < 2500, qPrintable(QString::number(latency)));
+    QCOMPARE(h.name(h.request({{"cmd", "load"}, {"path", m_tiny}}, {"loaded", "error"})), QString("loaded"));
 }
 
 void TestFaults::stopDuringGenerationReleasesFetchedCopies()

@@ -230,7 +230,10 @@ void WeightStore::load(const ProgressFn& progress)
                     // Dispatch crosses the simulated link as every later copy
                     // does (fetchInto): a throttled load lasts as it would.
                     if (s.homeDev->simulated && m_options.simulatedPcieBytesPerSecond > 0)
-                        pause(double(s.bytes) / m_options.simulatedPcieBytesPerSecond - (m_telemetry.now() - t0));
+                        pause(double(s.bytes) / m_options.simulatedPcieBytesPerSecond - (m_telemetry.now() - t0), [&] {
+                            // a cancel lands within a slice, not after the tensor's copy
+                            return !progress || progress(total ? double(done) / double(total) : 0.0, s.name);
+                        });
                 } else if (m_exec->torch.is_cuda() && m_options.policy != ExecutionPolicy::AccelerateLike)
                     s.resident = cuda::pinned(s.resident); // fast, asynchronous host-to-GPU copies
             }
@@ -297,13 +300,15 @@ void WeightStore::checkInterrupt() const
         throw Stopped();
 }
 
-void WeightStore::pause(double seconds) const
+void WeightStore::pause(double seconds, const std::function<bool()>& going) const
 {
     // In slices, so a stop lands within ~10 ms whatever the pause.
     using clock = std::chrono::steady_clock;
     const auto until = clock::now() + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(seconds));
     while (true) {
         checkInterrupt();
+        if (going && !going())
+            throw Cancelled();
         const clock::duration left = until - clock::now();
         if (left <= clock::duration::zero())
             return;

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -93,7 +94,9 @@ private:
     at::Tensor fromSource(const Slot& s) const; // the stored bytes as a CPU tensor (zero-copy view)
     void fetchInto(Unit& u, bool ahead);        // copies offloaded weights to u.device (ahead: by the prefetcher)
     void checkInterrupt() const;                // throws Stopped when asked to
-    void pause(double seconds) const;           // sleeps, interruptibly
+    // Sleeps, interruptibly: throws Stopped when asked to, and Cancelled when
+    // `going` (a load's progress check) returns false.
+    void pause(double seconds, const std::function<bool()>& going = {}) const;
     void prefetchLoop();
 
     const Checkpoint& m_ck;

@@ -79,6 +79,18 @@ class TestFaults : public QObject {
     // Loads `path` into RAM, generates, unloads: LibTorch and OpenBLAS set
     // up their pools on first use and keep them, so baselines come after one.
     bool warmUp(WorkerHarness& h, const QString& path);
+    // The mid model whole on a simulated GPU 0 whose copies run at the
+    // profile's PCIe speed (the load crawls).
+    QJsonObject throttledMidLoad(const QString& profile) const
+    {
+        return QJsonObject{{"cmd", "load"},
+                           {"path", m_mid},
+                           {"dtype", "float32"},
+                           {"device_map", QJsonObject{{"transformer", 0}, {"lm_head", 0}}},
+                           {"simulate_gpus", true},
+                           {"hardware", profile},
+                           {"throttle", true}};
+    }
 private slots:
     void initTestCase();
     void diskFullWhileWritingOffloadFolder();
@@ -423,15 +435,8 @@ void TestFaults::cancelDuringLoadGivesMemoryBack()
     QVERIFY(warmUp(h, m_mid));
     const qint64 baseline = fixtures::rssAnon(pid);
     // Every copy to the simulated GPU crawls: the load takes ~6 s unless stopped.
-    const QJsonObject load{{"cmd", "load"},
-                           {"path", m_mid},
-                           {"dtype", "float32"},
-                           {"device_map", QJsonObject{{"transformer", 0}, {"lm_head", 0}}},
-                           {"simulate_gpus", true},
-                           {"hardware", m_mediumProfile},
-                           {"throttle", true}};
     int from = int(h.events.size());
-    h.client.send(load);
+    h.client.send(throttledMidLoad(m_mediumProfile));
     // Stop once a few tensors are in.
     int p = -1;
     while ((p = h.waitForAny({"progress", "loaded", "error"}, from)) >= 0 && h.name(p) == "progress" &&
@@ -460,15 +465,8 @@ void TestFaults::stopDuringThrottledLoadLandsWithinASlice()
     // pause's 10 ms slices, not after the copy.
     WorkerHarness h(QStringLiteral(STOWAGE_CLI));
     QVERIFY(h.start() >= 0);
-    const QJsonObject load{{"cmd", "load"},
-                           {"path", m_mid},
-                           {"dtype", "float32"},
-                           {"device_map", QJsonObject{{"transformer", 0}, {"lm_head", 0}}},
-                           {"simulate_gpus", true},
-                           {"hardware", m_crawlProfile},
-                           {"throttle", true}};
     const int from = int(h.events.size());
-    h.client.send(load);
+    h.client.send(throttledMidLoad(m_crawlProfile));
     const int p = h.waitForAny({"progress", "loaded", "error"}, from);
     QCOMPARE(h.name(p), QString("progress")); // sent as the first tensor's copy starts
     QTest::qWait(200);

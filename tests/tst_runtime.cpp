@@ -497,8 +497,8 @@ void TestRuntime::cacheHoldsPositionsPastItsFirstBlock()
     // The KV cache grows a block of positions at a time (common.cpp), many
     // times between 250 and 520 positions, or takes the positions the run
     // expects at once. Decode steps on both sides of a growth must give the
-    // logits of the whole text
-    // run at once with an empty cache. Grouped-query heads (4 over 2), fp32;
+    // logits of the whole text run at once with an empty cache.
+    // Grouped-query heads (4 over 2), fp32;
     // head_dim 16, so steps go through the engine's attention kernel where
     // the CPU has AVX2 (gemv.h attendOne) and the whole text through LibTorch's.
     QFETCH(int, expected);

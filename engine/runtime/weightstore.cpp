@@ -194,6 +194,10 @@ void WeightStore::load(const ProgressFn& progress)
         if (!params[i].duplicate)
             total += m_ck.tensors()[size_t(params[i].tensor)].nbytes;
 
+    // Reports how far the load is; false when the caller wants it cancelled.
+    auto going = [&](const std::string& what) {
+        return !progress || progress(total ? double(done) / double(total) : 0.0, what);
+    };
     // Shard by shard, tensor by tensor: only one tensor's copy is in flight.
     for (size_t shard = 0; shard < m_ck.shards().size(); ++shard) {
         for (size_t ti = 0; ti < m_ck.tensors().size(); ++ti) {
@@ -201,7 +205,7 @@ void WeightStore::load(const ProgressFn& progress)
             if (size_t(t.shard) != shard || paramOfTensor[ti] < 0)
                 continue;
             Slot& s = *m_slots[size_t(paramOfTensor[ti])];
-            if (progress && !progress(total ? double(done) / double(total) : 0.0, s.name))
+            if (!going(s.name))
                 throw Cancelled();
             s.src = m_ck.data(t);
             s.keep = m_ck.shards()[shard].map;
@@ -230,10 +234,8 @@ void WeightStore::load(const ProgressFn& progress)
                     // Dispatch crosses the simulated link as every later copy
                     // does (fetchInto): a throttled load lasts as it would.
                     if (s.homeDev->simulated && m_options.simulatedPcieBytesPerSecond > 0)
-                        pause(double(s.bytes) / m_options.simulatedPcieBytesPerSecond - (m_telemetry.now() - t0), [&] {
-                            // a cancel lands within a slice, not after the tensor's copy
-                            return !progress || progress(total ? double(done) / double(total) : 0.0, s.name);
-                        });
+                        pause(double(s.bytes) / m_options.simulatedPcieBytesPerSecond - (m_telemetry.now() - t0),
+                              [&] { return going(s.name); }); // a cancel lands within a slice of the copy
                 } else if (m_exec->torch.is_cuda() && m_options.policy != ExecutionPolicy::AccelerateLike)
                     s.resident = cuda::pinned(s.resident); // fast, asynchronous host-to-GPU copies
             }

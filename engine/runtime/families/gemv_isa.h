@@ -146,9 +146,10 @@ void rows1(const T* w0, const float* x, int64_t k, float* y)
 // is cut off after a row, and bf16 rows of 1024 streamed at 22-26 GB/s
 // against 30-42 one at a time (Zen 4). Longer x is shared by eight rows per
 // load (four for the last rows of a range; the bf16 dot-product kernel has
-// no eight-row form, which decoded no faster): an fp32 x of 4096 (16 KiB) streamed slower one row at a time, and
-// the MLP down projections' x (22-44 KiB) would come from L2 once per row
-// (28-32 GB/s four at a time against 24 one at a time, k 11008).
+// no eight-row form, which decoded no faster): an fp32 x of 4096 (16 KiB)
+// streamed slower one row at a time, and the MLP down projections' x
+// (22-44 KiB) would come from L2 once per row (28-32 GB/s four at a time
+// against 24 one at a time, k 11008).
 template <class T, class X, void (*Four)(const T*, const X*, int64_t, float*),
           void (*One)(const T*, const X*, int64_t, float*), void (*Eight)(const T*, const X*, int64_t, float*) = nullptr>
 void rowBlocks(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y)

@@ -4,8 +4,8 @@
 #include "stowage/runtime.h"
 
 #include <ATen/Parallel.h>
+#include <c10/core/GradMode.h>
 #include <c10/util/Exception.h>
-
 
 namespace stowage {
 
@@ -69,7 +69,7 @@ std::vector<float> Model::forward(const std::vector<int32_t>& ids, bool allPosit
 {
     if (ids.empty())
         return {};
-    at::NoGradGuard noGrad;
+    c10::NoGradGuard noGrad; // c10's: ATen.h of LibTorch 2.x no longer declares at::NoGradGuard
     std::vector<int64_t> ids64(ids.begin(), ids.end());
     for (int64_t id : ids64)
         if (id < 0 || id >= m_impl->runner->vocabSize())

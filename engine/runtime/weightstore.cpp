@@ -6,6 +6,7 @@
 #include "torchtypes.h"
 
 #include <c10/util/Exception.h>
+#include <torch/cuda.h> // device_count(): the same call in LibTorch 1.13 and 2.x
 
 #include <algorithm>
 #include <cerrno>
@@ -101,7 +102,7 @@ RtDevice& WeightStore::deviceFor(const Device& d)
             return r;
     RtDevice r{d, at::Device(at::kCPU), false};
     if (d.kind == Device::Gpu) {
-        const bool real = !m_options.simulateGpus && at::hasCUDA() && int64_t(d.index) < int64_t(at::detail::getCUDAHooks().getNumGPUs());
+        const bool real = !m_options.simulateGpus && at::hasCUDA() && int64_t(d.index) < int64_t(torch::cuda::device_count());
         r.simulated = !real;
         if (real)
             r.torch = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(d.index));

@@ -99,6 +99,10 @@ private slots:
     void normAndRotaryAsLibTorch();
     void transposedAgainstDoubleSums_data();
     void transposedAgainstDoubleSums();
+    void severalMatricesAsOne_data();
+    void severalMatricesAsOne();
+    void severalMatricesRejected();
+    void readsAheadIntoFreedMemorySafely();
 };
 
 void TestGemv::kernelsListed()
@@ -391,6 +395,86 @@ void TestGemv::transposedAgainstDoubleSums()
         }
     }
     QVERIFY(!gemvT(uniform(4, 12, rng, wt), uniform(1, 4, rng, xt)[0]).defined()); // 12 columns: no vector width
+}
+
+void TestGemv::severalMatricesAsOne_data() { addKernelRows(); }
+
+void TestGemv::severalMatricesAsOne()
+{
+    // gemvAll (q, k and v; gate and up as one job): each matrix's rows come
+    // out exactly as the double sums say, rounded once, whatever the mix of
+    // row counts (tails not a multiple of 8, one chunk or many per matrix),
+    // and bit for bit as gemvWith() of that matrix alone. LibTorch's own bf16
+    // mv (None, bf16 x) rounds its partial sums to bf16: only the second there.
+    QFETCH(int, kernel);
+    QFETCH(int, wdtype);
+    QFETCH(int, xdtype);
+    const auto wt = at::ScalarType(wdtype), xt = at::ScalarType(xdtype);
+    std::mt19937 rng(13);
+    const std::vector<std::vector<int64_t>> rowSets = {{13, 2051, 5}, {1000, 7, 64, 9}, {3, 1}, {4096, 4096}};
+    for (int64_t k : {17, 515, 128}) {
+        for (const auto& rows : rowSets) {
+            std::vector<at::Tensor> ws;
+            for (int64_t n : rows)
+                ws.push_back(integers(n, k, rng, wt));
+            const at::Tensor x = integers(1, k, rng, xt)[0];
+            const std::vector<at::Tensor> ys = gemvAllWith(GemvKernel(kernel), ws, x);
+            QCOMPARE(ys.size(), ws.size());
+            for (size_t m = 0; m < ws.size(); ++m) {
+                QCOMPARE(ys[m].scalar_type(), xt);
+                QCOMPARE(ys[m].size(0), rows[m]);
+                std::vector<double> abs;
+                const auto ref = reference(ws[m], x, &abs);
+                QVERIFY(at::equal(ys[m], gemvWith(GemvKernel(kernel), ws[m], x)));
+                if (GemvKernel(kernel) == GemvKernel::None && xt == at::kBFloat16)
+                    continue;
+                const at::Tensor yf = ys[m].to(at::kDouble).contiguous();
+                const double* got = yf.data_ptr<double>();
+                for (int64_t r = 0; r < rows[m]; ++r)
+                    if (got[r] != roundedTo(xt, ref[size_t(r)]))
+                        QFAIL(qPrintable(QString("k %1, matrix %2 of %3 rows, row %4: %5, expected %6")
+                                             .arg(k).arg(m).arg(rows[m]).arg(r).arg(got[r])
+                                             .arg(roundedTo(xt, ref[size_t(r)]))));
+            }
+        }
+    }
+}
+
+void TestGemv::severalMatricesRejected()
+{
+    const at::Tensor x = at::zeros({8});
+    const at::Tensor w = at::zeros({4, 8});
+    for (GemvKernel k : gemvKernels(at::kFloat)) {
+        QVERIFY_THROWS_EXCEPTION(std::invalid_argument, gemvAllWith(k, {}, x));
+        QVERIFY_THROWS_EXCEPTION(std::invalid_argument, gemvAllWith(k, std::vector<at::Tensor>(kGemvMatrices + 1, w), x));
+        QVERIFY_THROWS_EXCEPTION(std::invalid_argument, gemvAllWith(k, {w, at::zeros({4, 8}, at::kBFloat16)}, x));
+        QVERIFY_THROWS_EXCEPTION(std::invalid_argument, gemvAllWith(k, {w, at::zeros({4, 9})}, x));
+        QCOMPARE(gemvAllWith(k, std::vector<at::Tensor>(kGemvMatrices, w), x).size(), kGemvMatrices);
+    }
+}
+
+void TestGemv::readsAheadIntoFreedMemorySafely()
+{
+    // A helper that has finished its rows reads ahead into the matrix that
+    // followed this one last time (gemv.cpp). When that matrix is freed (an
+    // offloaded layer's step buffer), the read-ahead must only hint: no
+    // fault, and every later product stays exact. 36 MiB is above glibc's
+    // largest mmap threshold, so freeing the buffer unmaps it.
+    std::mt19937 rng(17);
+    const at::Tensor a = integers(512, 1024, rng, at::kFloat), x = integers(1, 1024, rng, at::kFloat)[0];
+    std::vector<double> abs;
+    const auto refA = reference(a, x, &abs);
+    const float xSum = x.sum().item<float>();
+    for (int round = 0; round < 12; ++round) {
+        at::Tensor b = at::full({9216, 1024}, float(round));
+        const at::Tensor ya = gemv(a, x), yb = gemv(b, x);
+        QCOMPARE(yb[9215].item<float>(), float(round) * xSum);
+        b = at::Tensor(); // unmapped: the next gemv(a) reads ahead into where it was
+        const at::Tensor again = gemv(a, x).contiguous();
+        for (int64_t r = 0; r < 512; ++r)
+            QCOMPARE(double(again[r].item<float>()), refA[size_t(r)]);
+        QVERIFY(at::equal(ya, again));
+    }
 }
 
 QTEST_GUILESS_MAIN(TestGemv)

@@ -170,6 +170,24 @@ at::Tensor dense(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b)
     return b.defined() ? at::linear(x, like(w, x), like(b, x)) : at::linear(x, like(w, x));
 }
 
+std::vector<at::Tensor> denseAll(const at::Tensor& x, const std::vector<at::Tensor>& ws,
+                                 const std::vector<at::Tensor>& bs)
+{
+    bool together = ws.size() > 1 && ws.size() <= kGemvMatrices;
+    for (const at::Tensor& w : ws)
+        together = together && gemvFits(x, w) && w.scalar_type() == ws[0].scalar_type();
+    std::vector<at::Tensor> ys;
+    if (!together) {
+        for (size_t i = 0; i < ws.size(); ++i)
+            ys.push_back(dense(x, ws[i], i < bs.size() ? bs[i] : at::Tensor()));
+        return ys;
+    }
+    ys = gemvAll(ws, x[0]);
+    for (size_t i = 0; i < ys.size(); ++i)
+        ys[i] = (i < bs.size() && bs[i].defined() ? ys[i] + like(bs[i], ys[i]) : ys[i]).unsqueeze(0);
+    return ys;
+}
+
 at::Tensor denseInOut(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b)
 {
     // W is [in, out]. One row on the CPU: W^T x streamed by the engine's

@@ -120,6 +120,37 @@ inline void cpuRelax()
 #endif
 }
 
+// Which matrix followed which, learnt from the calls: a decode step
+// multiplies the same matrices in the same order every token. Direct
+// mapped by address, so it stays small however many buffers come and go.
+class Successors {
+public:
+    struct Next {
+        const void* data = nullptr;
+        size_t bytes = 0;
+    };
+    // Records `data` as the successor of the previous call's matrix and
+    // returns the one that followed `data` last time.
+    Next follow(const void* data, size_t bytes)
+    {
+        if (m_last)
+            m_slots[slot(m_last)] = {m_last, {data, bytes}};
+        m_last = data;
+        const Slot& s = m_slots[slot(data)];
+        return s.key == data ? s.next : Next{};
+    }
+
+private:
+    struct Slot {
+        const void* key = nullptr;
+        Next next;
+    };
+    static size_t slot(const void* p) { return (reinterpret_cast<uintptr_t>(p) >> 6) % kSlots; }
+    static constexpr size_t kSlots = 1021;
+    Slot m_slots[kSlots];
+    const void* m_last = nullptr;
+};
+
 // The threads that stream W beside the caller. Not at::parallel_for: that is
 // a header template, parallel only where the including file is compiled
 // with OpenMP and LibTorch's own macros, and serial here (measured: one call,
@@ -139,7 +170,10 @@ public:
     }
 
     // Runs job(ctx, w) for w = 0 .. threads-1, w = 0 on the calling thread.
-    void run(int threads, Job job, void* ctx)
+    // `streamed` (with its size) names the matrix the job reads: a helper
+    // that has finished its part reads ahead into the matrix that followed
+    // this one last time (below).
+    void run(int threads, Job job, void* ctx, const void* streamed = nullptr, size_t bytes = 0)
     {
         std::unique_lock<std::mutex> busy(m_busy, std::try_to_lock);
         if (!busy.owns_lock() || threads <= 1) {
@@ -151,6 +185,8 @@ public:
         m_job = job;
         m_ctx = ctx;
         m_wanted = threads - 1;
+        if (streamed)
+            m_ahead = m_successors.follow(streamed, bytes);
         m_finished.store(0, std::memory_order_relaxed);
         {
             std::lock_guard<std::mutex> lock(m_mutex);
@@ -207,11 +243,36 @@ private:
             if (m_stop)
                 return;
             if (index <= m_wanted) {
+                const Successors::Next ahead = index == 1 ? m_ahead : Successors::Next{};
                 m_job(m_ctx, index);
                 m_finished.fetch_add(1, std::memory_order_release);
+                readAhead(ahead, seen);
             }
         }
     }
+
+    // Software prefetches over the first bytes of the next matrix until the
+    // next job starts. They never fault, so a matrix freed since (an
+    // offloaded layer's step buffer) costs nothing but the hint.
+    void readAhead(const Successors::Next& next, uint64_t seen)
+    {
+#if STOWAGE_GEMV_X86
+        const char* p = static_cast<const char*>(next.data);
+        const size_t bytes = std::min(next.bytes, kReadAhead);
+        for (size_t at = 0; p && at < bytes; at += 64 * 64) {
+            if (m_generation.load(std::memory_order_relaxed) != seen)
+                return;
+            for (size_t line = at; line < std::min(bytes, at + 64 * 64); line += 64)
+                _mm_prefetch(p + line, _MM_HINT_T1);
+        }
+#else
+        (void)next, (void)seen;
+#endif
+    }
+
+    // At most this much of the next matrix is read ahead: a quarter of a
+    // 32 MiB L3, so it is still there when the next job reaches it.
+    static constexpr size_t kReadAhead = size_t(8) << 20;
 
     std::mutex m_busy;  // one job at a time
     std::mutex m_mutex; // sleeping and waking
@@ -223,6 +284,8 @@ private:
     void* m_ctx = nullptr;
     int m_wanted = 0;
     bool m_stop = false;
+    Successors m_successors; // under m_busy
+    Successors::Next m_ahead; // for the current job
 };
 
 } // namespace
@@ -266,69 +329,109 @@ void overrideGemvKernel(at::ScalarType dtype, GemvKernel kernel)
         chosen(dtype).store(int(kernel));
 }
 
-at::Tensor gemvWith(GemvKernel kernel, const at::Tensor& w, const at::Tensor& x)
+std::vector<at::Tensor> gemvAllWith(GemvKernel kernel, const std::vector<at::Tensor>& ws, const at::Tensor& x)
 {
     if (!cpuHas(kernel))
         throw std::invalid_argument(std::string("this CPU cannot run the ") + gemvKernelName(kernel) + " kernel");
-    const at::ScalarType wt = w.scalar_type(), xt = x.scalar_type();
-    if (w.dim() != 2 || x.dim() != 1 || w.size(1) != x.size(0) || !w.is_cpu() || !x.is_cpu() ||
-        !supportedDType(wt) || (xt != wt && xt != at::kFloat))
-        throw std::invalid_argument("gemv: W [out, in] (fp32, bf16 or fp16) and x [in] (fp32 or W's dtype), on the CPU");
+    const at::ScalarType xt = x.scalar_type();
+    if (ws.empty() || ws.size() > kGemvMatrices)
+        throw std::invalid_argument("gemv: 1 to " + std::to_string(kGemvMatrices) + " matrices");
+    const at::ScalarType wt = ws[0].scalar_type();
+    for (const at::Tensor& w : ws)
+        if (w.dim() != 2 || x.dim() != 1 || w.size(1) != x.size(0) || !w.is_cpu() || !x.is_cpu() ||
+            w.scalar_type() != wt || !supportedDType(wt) || (xt != wt && xt != at::kFloat))
+            throw std::invalid_argument(
+                "gemv: W [out, in] (fp32, bf16 or fp16, all alike) and x [in] (fp32 or W's dtype), on the CPU");
     // The kernels take fp32 x, but for the bf16 x bf16 products of vdpbf16ps.
     const rows::Fn f = rowsFor(kernel, wt, xt);
     const at::Tensor xin = f == rows::Fn(rows::bf16Dp) || xt == at::kFloat ? x.contiguous() : x.to(at::kFloat);
+    std::vector<at::Tensor> ys;
     if (!f) {
-        if (wt == xt && wt != at::kHalf)
-            return at::mv(w, x);
-        return at::mv(w.to(at::kFloat), xin).to(xt);
+        for (const at::Tensor& w : ws)
+            ys.push_back(wt == xt && wt != at::kHalf ? at::mv(w, x) : at::mv(w.to(at::kFloat), xin).to(xt));
+        return ys;
     }
-    const at::Tensor wc = w.contiguous();
     // y in x's dtype. For bf16/fp16 the fp32 sums go to a reused buffer and
     // the threads round their own rows (a y.to() after the call cost 4.3 us
     // of each of the small bf16 model's 50 products a token).
-    at::Tensor y = at::empty({wc.size(0)}, at::TensorOptions().dtype(xt));
+    int64_t rowsInAll = 0;
+    for (const at::Tensor& w : ws)
+        rowsInAll += w.size(0);
     thread_local std::vector<float> sums;
-    if (xt != at::kFloat && sums.size() < size_t(wc.size(0)))
-        sums.resize(size_t(wc.size(0)));
-    struct Work {
-        rows::Fn f;
-        const void *w, *x;
-        int64_t n, k, chunk, chunks;
-        float* y;
-        void* rounded; // y in bf16/fp16, or nullptr
-        at::ScalarType type;
-        std::atomic<int64_t> next{0};
-    } work;
-    work.f = f;
-    work.w = wc.data_ptr();
-    work.x = xin.data_ptr();
-    work.n = wc.size(0);
-    work.k = wc.size(1);
-    work.y = xt == at::kFloat ? y.data_ptr<float>() : sums.data();
-    work.rounded = xt == at::kFloat ? nullptr : y.data_ptr();
-    work.type = xt;
+    if (xt != at::kFloat && sums.size() < size_t(rowsInAll))
+        sums.resize(size_t(rowsInAll));
     // Rows in chunks the threads take in turn from a shared counter, not one
     // fixed share each: on a busy machine a thread that loses its core holds
     // up the others for one chunk, not for its whole share. Four chunks per
     // thread, at least 256 KiB each: long runs for the prefetchers (64 KiB
-    // chunks streamed 20% slower than halves).
+    // chunks streamed 20% slower than halves). Matrices that share x (q, k
+    // and v; gate and up) are one job, chunks of each in turn: the threads
+    // wait for each other once, not once a matrix.
+    struct Matrix {
+        at::Tensor w; // contiguous
+        const void* data;
+        int64_t n, chunk, firstChunk;
+        float* y;
+        void* rounded; // y in bf16/fp16, or nullptr
+    };
+    struct Work {
+        rows::Fn f;
+        const void* x;
+        int64_t k, chunks;
+        at::ScalarType type;
+        int count;
+        Matrix m[kGemvMatrices];
+        std::atomic<int64_t> next{0};
+    } work;
+    work.f = f;
+    work.x = xin.data_ptr();
+    work.k = x.size(0);
+    work.type = xt;
+    work.count = int(ws.size());
+    work.chunks = 0;
     const int threads = std::max(1, at::get_num_threads());
-    const int64_t rowBytes = std::max<int64_t>(1, work.k * int64_t(wc.element_size()));
+    const int64_t rowBytes = std::max<int64_t>(1, work.k * int64_t(ws[0].element_size()));
     const int64_t minRows = (int64_t(256) << 10) / rowBytes;
-    work.chunk = std::max<int64_t>({8, minRows, work.n / (int64_t(threads) * 4)});
-    work.chunk = (work.chunk + 7) / 8 * 8; // whole blocks of eight rows (gemv_isa.h)
-    work.chunks = (work.n + work.chunk - 1) / work.chunk;
+    float* sumsAt = sums.data();
+    for (size_t i = 0; i < ws.size(); ++i) {
+        Matrix& m = work.m[i];
+        m.w = ws[i].contiguous();
+        m.data = m.w.data_ptr();
+        m.n = m.w.size(0);
+        m.chunk = std::max<int64_t>({8, minRows, m.n / (int64_t(threads) * 4)});
+        m.chunk = (m.chunk + 7) / 8 * 8; // whole blocks of eight rows (gemv_isa.h)
+        m.firstChunk = work.chunks;
+        work.chunks += (m.n + m.chunk - 1) / m.chunk;
+        ys.push_back(at::empty({m.n}, at::TensorOptions().dtype(xt)));
+        m.y = xt == at::kFloat ? ys.back().data_ptr<float>() : sumsAt;
+        m.rounded = xt == at::kFloat ? nullptr : ys.back().data_ptr();
+        sumsAt += m.n;
+    }
     Helpers::instance().run(int(std::min<int64_t>(threads, work.chunks)), [](void* ctx, int) {
         auto& s = *static_cast<Work*>(ctx);
         for (int64_t c = s.next.fetch_add(1, std::memory_order_relaxed); c < s.chunks;
              c = s.next.fetch_add(1, std::memory_order_relaxed)) {
-            const int64_t r0 = c * s.chunk, r1 = std::min(s.n, (c + 1) * s.chunk);
-            s.f(s.w, s.x, s.k, r0, r1, s.y);
-            if (s.rounded)
-                roundRows(s.y, s.rounded, s.type, r0, r1);
+            int i = s.count - 1;
+            while (c < s.m[i].firstChunk)
+                --i;
+            const Matrix& m = s.m[i];
+            const int64_t r0 = (c - m.firstChunk) * m.chunk, r1 = std::min(m.n, r0 + m.chunk);
+            s.f(m.data, s.x, s.k, r0, r1, m.y);
+            if (m.rounded)
+                roundRows(m.y, m.rounded, s.type, r0, r1);
         }
-    }, &work);
-    return y;
+    }, &work, work.m[0].data, size_t(work.m[0].n * rowBytes));
+    return ys;
+}
+
+at::Tensor gemvWith(GemvKernel kernel, const at::Tensor& w, const at::Tensor& x)
+{
+    return gemvAllWith(kernel, {w}, x)[0];
+}
+
+std::vector<at::Tensor> gemvAll(const std::vector<at::Tensor>& ws, const at::Tensor& x)
+{
+    return gemvAllWith(gemvKernelFor(ws.empty() ? at::kFloat : ws[0].scalar_type()), ws, x);
 }
 
 void widenInto(const at::Tensor& src, at::Tensor& dst)

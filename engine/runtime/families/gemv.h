@@ -47,6 +47,12 @@ at::Tensor gemv(const at::Tensor& w, const at::Tensor& x);
 // cannot run it. Avx512Bf16 with an fp32 x runs the Avx512 kernel (its
 // products need bf16 on both sides).
 at::Tensor gemvWith(GemvKernel kernel, const at::Tensor& w, const at::Tensor& x);
+// y_i = W_i x for up to kGemvMatrices matrices of one dtype that share x (a
+// layer's q, k and v; gate and up), as one job: the threads meet once at
+// the end instead of once a matrix. The same sums as gemv() of each.
+constexpr size_t kGemvMatrices = 4;
+std::vector<at::Tensor> gemvAll(const std::vector<at::Tensor>& ws, const at::Tensor& x);
+std::vector<at::Tensor> gemvAllWith(GemvKernel kernel, const std::vector<at::Tensor>& ws, const at::Tensor& x);
 
 // y [out] = W^T x for W stored [in, out] (GPT-2's Conv1D), W fp32, bf16 or
 // fp16 and x fp32 or W's dtype; y in x's dtype, fp32 sums. W is streamed

@@ -3,6 +3,7 @@
 #include "runner.h"
 
 #include <cmath>
+#include <initializer_list>
 
 namespace stowage::arch {
 namespace {
@@ -10,6 +11,19 @@ namespace {
 at::Tensor linear(const at::Tensor& x, const UnitScope& u, const std::string& name, bool bias)
 {
     return bias ? dense(x, u.w(name + ".weight"), u.w(name + ".bias")) : dense(x, u.w(name + ".weight"));
+}
+
+// The projections `names` of x, as linear() of each.
+std::vector<at::Tensor> linears(const at::Tensor& x, const UnitScope& u, std::initializer_list<const char*> names,
+                                bool bias)
+{
+    std::vector<at::Tensor> ws, bs;
+    for (const char* name : names) {
+        ws.push_back(u.w(std::string(name) + ".weight"));
+        if (bias)
+            bs.push_back(u.w(std::string(name) + ".bias"));
+    }
+    return denseAll(x, ws, bs);
 }
 
 class LlamaFamily : public Runner {
@@ -58,9 +72,10 @@ public:
             UnitScope u(m_store, "model.layers." + std::to_string(l), h);
             at::Tensor cos = cosF.to(u.device(), h.scalar_type()), sin = sinF.to(u.device(), h.scalar_type());
             at::Tensor x = rmsNorm(h, u.w("input_layernorm.weight"), m_eps);
-            at::Tensor q = linear(x, u, "self_attn.q_proj", m_qkvBias).view({1, T, m_heads, m_headDim});
-            at::Tensor k = linear(x, u, "self_attn.k_proj", m_qkvBias).view({1, T, m_kvHeads, m_headDim});
-            at::Tensor v = linear(x, u, "self_attn.v_proj", m_qkvBias).view({1, T, m_kvHeads, m_headDim});
+            auto qkv = linears(x, u, {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}, m_qkvBias);
+            at::Tensor q = qkv[0].view({1, T, m_heads, m_headDim});
+            at::Tensor k = qkv[1].view({1, T, m_kvHeads, m_headDim});
+            at::Tensor v = qkv[2].view({1, T, m_kvHeads, m_headDim});
             if (m_type == "qwen3") {
                 q = rmsNorm(q, u.w("self_attn.q_norm.weight"), m_eps);
                 k = rmsNorm(k, u.w("self_attn.k_norm.weight"), m_eps);
@@ -75,7 +90,8 @@ public:
             o = o.transpose(1, 2).reshape({T, m_heads * m_headDim});
             h = h + linear(o, u, "self_attn.o_proj", m_oBias);
             x = rmsNorm(h, u.w("post_attention_layernorm.weight"), m_eps);
-            at::Tensor g = at::silu(linear(x, u, "mlp.gate_proj", m_mlpBias)) * linear(x, u, "mlp.up_proj", m_mlpBias);
+            auto gateUp = linears(x, u, {"mlp.gate_proj", "mlp.up_proj"}, m_mlpBias);
+            at::Tensor g = at::silu(gateUp[0]) * gateUp[1];
             h = h + linear(g, u, "mlp.down_proj", m_mlpBias);
         }
         {

@@ -65,6 +65,10 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 // faster than the matrix-matrix path for a single row. W may be fp16 with an
 // fp32 x (fp16 weights on the CPU, weightstore.h).
 at::Tensor dense(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {});
+// dense() of each weight (and bias, where given) on the same x; one row on
+// the CPU multiplies them all in one GEMV job (gemvAll).
+std::vector<at::Tensor> denseAll(const at::Tensor& x, const std::vector<at::Tensor>& ws,
+                                 const std::vector<at::Tensor>& bs = {});
 // y = x W + b for W stored [in, out] (GPT-2's Conv1D).
 at::Tensor denseInOut(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b);
 // LayerNorm over the last n features; weights in another dtype than x are widened.

@@ -114,6 +114,7 @@ private slots:
     void generationIsReproducible();
     void baseModelSaveReadsDiskWeightsInPlace();
     void tiedHeadDoesNotPrefetchASecondCopy();
+    void prefetchRunsAheadOnlyWithRoom();
     void sessionLoadsTheCheckpointItIsGiven();
     void cacheHoldsPositionsPastItsFirstBlock_data();
     void cacheHoldsPositionsPastItsFirstBlock();
@@ -456,6 +457,47 @@ void TestRuntime::tiedHeadDoesNotPrefetchASecondCopy()
     generate(*m, {1, 2, 3}, so);
     const uint64_t peak = m->telemetry().peak().at("0");
     QVERIFY2(peak >= wte && peak < 2 * wte, qPrintable(QString("peak %1, embedding %2").arg(peak).arg(wte)));
+}
+
+void TestRuntime::prefetchRunsAheadOnlyWithRoom()
+{
+    // The prefetcher fetches one offloaded unit ahead; more only on a GPU
+    // whose room is known (weightstore.cpp roomAhead). Each unit pauses 50 ms
+    // before it computes, so a prefetcher allowed to run ahead has fetched
+    // all six layers while the embedding waits: the peak tells how far it went.
+    const std::string d = path("gpt2-six");
+    fs::create_directories(d);
+    fixtures::writeTinyGpt2(d, DType::F32, 6);
+    Checkpoint ck = Checkpoint::open(d);
+    ModuleTree tree = buildModuleTree(ck, std::nullopt);
+    auto bytesOf = [&](const char* name) { return tree.modules()[size_t(tree.find(name))].bytes; };
+    const uint64_t resident = bytesOf("transformer.wte") + bytesOf("transformer.wpe") + bytesOf("transformer.ln_f");
+    const uint64_t layer = bytesOf("transformer.h.0");
+    LoadOptions o;
+    o.deviceMap = {{"transformer.wte", dev("0")}, {"transformer.wpe", dev("0")}, {"transformer.drop", dev("0")},
+                   {"transformer.h", dev("cpu")}, {"transformer.ln_f", dev("0")}, {"lm_head", dev("0")}};
+    o.simulateGpus = true;
+    o.policy = ExecutionPolicy::Prefetch;
+    auto peakWith = [&](const LoadOptions& lo, std::vector<float>* logits) {
+        auto m = Model::load(ck, tree, lo);
+        m->setUnitDelay(0.05);
+        *logits = m->forward({1, 2, 3});
+        const auto peak = m->telemetry().peak();
+        return peak.count("0") ? peak.at("0") : uint64_t(0);
+    };
+    std::vector<float> oneAhead, farAhead, cpu;
+    const uint64_t noRoomKnown = peakWith(o, &oneAhead);
+    QVERIFY2(noRoomKnown >= resident + layer && noRoomKnown <= resident + 2 * layer,
+             qPrintable(QString("peak %1: resident %2, a layer %3").arg(noRoomKnown).arg(resident).arg(layer)));
+    o.gpuBudgets = {{dev("0"), uint64_t(4) << 30}}; // room: half of it, less 256 MiB, may go to units ahead
+    const uint64_t withRoom = peakWith(o, &farAhead);
+    QVERIFY2(withRoom == resident + 6 * layer,
+             qPrintable(QString("peak %1: resident %2, a layer %3").arg(withRoom).arg(resident).arg(layer)));
+    LoadOptions onCpu;
+    onCpu.deviceMap = {{"", dev("cpu")}};
+    peakWith(onCpu, &cpu);
+    QVERIFY(bitIdentical(oneAhead, cpu));
+    QVERIFY(bitIdentical(farAhead, cpu));
 }
 
 // stowage-cli run and the worker open the checkpoint to check their options

@@ -655,10 +655,16 @@ MachineMemory detectMachineMemory()
         m.gpuNames.push_back(nv.name);
     }
     m.ramTotalBytes = meminfo("MemTotal");
-    m.ramAvailableBytes = meminfo("MemAvailable");
-    if (m.ramAvailableBytes == 0) // kernels before 3.14 lack MemAvailable
-        m.ramAvailableBytes = meminfo("MemFree") + meminfo("Buffers") + meminfo("Cached");
+    m.ramAvailableBytes = availableRamBytes();
     return m;
+}
+
+uint64_t availableRamBytes()
+{
+    const uint64_t avail = meminfo("MemAvailable");
+    if (avail == 0) // kernels before 3.14 lack MemAvailable
+        return meminfo("MemFree") + meminfo("Buffers") + meminfo("Cached");
+    return avail;
 }
 
 } // namespace stowage

@@ -7,6 +7,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <mutex>
 #include <unordered_map>
 #endif
@@ -81,7 +82,10 @@ uint64_t freeBytes(int device)
     size_t freeB = 0, total = 0;
     if (cudaMemGetInfo(&freeB, &total) != cudaSuccess)
         return 0;
-    return freeB;
+    // Blocks the caching allocator keeps but nothing uses are free to us too.
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device);
+    const int64_t cached = stats.reserved_bytes[0].current - stats.allocated_bytes[0].current;
+    return uint64_t(freeB) + uint64_t(std::max<int64_t>(0, cached));
 }
 
 #else

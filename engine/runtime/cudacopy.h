@@ -22,7 +22,9 @@ void wait(const Event& done, at::Device device);
 // Tells the caching allocator that the current (compute) stream uses `t`, so
 // its block is not handed out again before that stream's work on it is done.
 void usedOnCurrentStream(const at::Tensor& t);
-// Bytes the caching allocator holds and the driver's free memory (0 without CUDA).
+// Bytes the caching allocator holds, and what is free: the driver's free
+// memory plus the allocator's reserved-but-unused blocks, as transformers
+// counts a GPU's room (0 without CUDA).
 uint64_t allocatedBytes(int device);
 uint64_t freeBytes(int device);
 

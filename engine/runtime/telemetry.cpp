@@ -73,6 +73,17 @@ void Telemetry::setLimit(const std::string& device, uint64_t bytes)
     m_limit[device] = bytes;
 }
 
+std::optional<uint64_t> Telemetry::headroom(const std::string& device) const
+{
+    std::lock_guard<std::mutex> lock(m_mutex);
+    auto lim = m_limit.find(device);
+    if (lim == m_limit.end())
+        return std::nullopt;
+    auto r = m_resident.find(device);
+    const uint64_t used = r == m_resident.end() ? 0 : r->second;
+    return used >= lim->second ? 0 : lim->second - used;
+}
+
 void Telemetry::allocate(const std::string& device, uint64_t bytes, const std::string& module)
 {
     std::lock_guard<std::mutex> lock(m_mutex);

@@ -3,6 +3,7 @@
 #include "families/gemv.h"
 
 #include "cudacopy.h"
+#include "stowage/hardware.h"
 #include "torchtypes.h"
 
 #include <c10/util/Exception.h>
@@ -403,10 +404,21 @@ void WeightStore::setOrder(std::vector<std::string> units)
         unit.fetched.assign(unit.slots.size(), at::Tensor());
         unit.events.assign(unit.slots.size(), nullptr);
         unit.held.assign(unit.slots.size(), 0);
-        for (size_t i = 0; i < unit.slots.size(); ++i)
-            unit.needsFetch =
-                unit.needsFetch || !(unit.slots[i]->resident.defined() && unit.slots[i]->homeDev == unit.device);
+        for (const Slot* slot : unit.slots)
+            if (!(slot->resident.defined() && slot->homeDev == unit.device)) {
+                unit.needsFetch = true;
+                unit.fetchBytes += slot->bytes;
+            }
     }
+    m_orderUnits.clear();
+    for (const auto& u : m_order)
+        m_orderUnits.push_back(&m_units[u]);
+    for (Unit* a : m_orderUnits)
+        for (const Unit* b : m_orderUnits)
+            if (a != b && std::any_of(a->slots.begin(), a->slots.end(), [&](const Slot* x) {
+                    return std::find(b->slots.begin(), b->slots.end(), x) != b->slots.end();
+                }))
+                a->sharing.push_back(b);
 }
 
 void WeightStore::enter(const std::string& name)
@@ -426,8 +438,6 @@ void WeightStore::enter(const std::string& name)
     if (!u.ready && u.needsFetch) {
         // Claim it first so the prefetcher does not fetch the same unit too.
         u.ready = true;
-        if (m_prefetchWanted == name)
-            m_prefetchWanted.clear();
         lock.unlock();
         try {
             fetchInto(u, false);
@@ -449,20 +459,10 @@ void WeightStore::enter(const std::string& name)
     }
     m_current = &u;
     m_lastUnit = name;
-    // Start on the next unit (wrapping round: the next token starts again).
-    auto pos = std::find(m_order.begin(), m_order.end(), name);
-    if (m_options.policy != ExecutionPolicy::AccelerateLike && pos != m_order.end()) {
-        const std::string& next = (pos + 1 == m_order.end()) ? m_order.front() : *(pos + 1);
-        Unit& n = m_units[next];
-        // Not when the next unit holds the same weights (the tied head wrapping
-        // round to the embedding): that would put a second copy on the device.
-        const bool shares = std::any_of(n.slots.begin(), n.slots.end(), [&](const Slot* x) {
-            return std::find(u.slots.begin(), u.slots.end(), x) != u.slots.end();
-        });
-        if (next != name && n.needsFetch && !n.ready && !shares) {
-            m_prefetchWanted = next;
-            m_cv.notify_all();
-        }
+    // The prefetcher works ahead of this unit (wrapping round: the next token starts again).
+    if (m_options.policy != ExecutionPolicy::AccelerateLike) {
+        m_entered = std::find(m_order.begin(), m_order.end(), name) - m_order.begin();
+        m_cv.notify_all();
     }
     if (const double delay = m_unitDelay.load(); delay > 0) {
         lock.unlock();
@@ -523,7 +523,7 @@ void WeightStore::returnToPool(const RtDevice& dev, at::Tensor t)
 void WeightStore::releaseAll()
 {
     std::unique_lock<std::mutex> lock(m_mutex);
-    m_prefetchWanted.clear();
+    m_entered = -1; // nothing more ahead until the next enter()
     m_cv.wait(lock, [&] { return m_inflight.empty(); });
     for (auto& [name, u] : m_units)
         dropFetched(u);
@@ -539,6 +539,7 @@ void WeightStore::leave(const std::string& name)
     dropFetched(u);
     if (m_current == &u)
         m_current = nullptr;
+    m_cv.notify_all(); // room for the prefetcher
     m_telemetry.event({m_telemetry.now(), m_telemetry.now(), TraceKind::Release, name, {}, u.device->label(), 0});
 }
 
@@ -558,27 +559,84 @@ const at::Tensor& WeightStore::get(const std::string& name) const
     return s->resident;
 }
 
+// The next unit after the one entered last (in forward order, wrapping
+// round) that needs a fetch and has none yet. Units that need none (resident
+// where they compute) are skipped, so the first offloaded layer of the next
+// token is fetched while the last one of this token computes, not once the
+// resident layers before it have run. The first unit ahead is always fetched
+// (as Accelerate's own reservation of the largest layer allows); further
+// ones only while roomAhead() says the device has room for them.
+WeightStore::Unit* WeightStore::nextToPrefetch()
+{
+    const int64_t n = int64_t(m_orderUnits.size());
+    if (m_options.policy == ExecutionPolicy::AccelerateLike || m_entered < 0 || m_entered >= n)
+        return nullptr;
+    std::vector<const Unit*> held{m_orderUnits[size_t(m_entered)]};
+    uint64_t aheadBytes = 0;
+    for (int64_t k = 1; k < n; ++k) {
+        Unit& u = *m_orderUnits[size_t((m_entered + k) % n)];
+        if (!u.needsFetch)
+            continue;
+        // Never a unit that shares weights with one held (the tied head
+        // wrapping round to the embedding): that would be a second copy.
+        for (const Unit* h : held)
+            if (std::find(u.sharing.begin(), u.sharing.end(), h) != u.sharing.end())
+                return nullptr;
+        if (u.ready || m_inflight == u.name) {
+            held.push_back(&u);
+            aheadBytes += u.fetchBytes;
+            continue;
+        }
+        return held.size() == 1 || roomAhead(u, aheadBytes) ? &u : nullptr;
+    }
+    return nullptr;
+}
+
+// More than one unit ahead only on a GPU whose room is known: the budget the
+// plan gave it (simulated or real), capped by the free memory of a real one
+// and by available RAM for a simulated one; a simulated GPU without a budget
+// stays one unit ahead. Fetched-ahead weights may take up to half of that
+// room, less a margin for activations and the KV cache, which grow while
+// they wait. On a real GPU this keeps the copy engine busy while the
+// resident layers run (an H200's trace in docs/PERFORMANCE.md shows it idle
+// then); a CPU unit's "fetch" is the kernel's read-ahead of its pages, one
+// unit ahead as before.
+bool WeightStore::roomAhead(const Unit& u, uint64_t aheadBytes) const
+{
+    const RtDevice& d = *u.device;
+    if (d.device.kind != Device::Gpu)
+        return false;
+    std::optional<uint64_t> room = m_telemetry.headroom(d.label());
+    if (d.simulated && room) // its memory is RAM
+        room = std::min(*room, availableRamBytes());
+    else if (!d.simulated && d.torch.is_cuda()) {
+        const uint64_t free = cuda::freeBytes(d.torch.index());
+        room = room ? std::min(*room, free) : free;
+    }
+    constexpr uint64_t kMargin = uint64_t(256) << 20;
+    return room && aheadBytes + u.fetchBytes + kMargin <= (*room + aheadBytes) / 2;
+}
+
 void WeightStore::prefetchLoop()
 {
     std::unique_lock<std::mutex> lock(m_mutex);
     while (true) {
-        m_cv.wait(lock, [&] { return m_stop || !m_prefetchWanted.empty(); });
+        Unit* next = nullptr;
+        m_cv.wait(lock, [&] { return m_stop || (next = nextToPrefetch()) != nullptr; });
         if (m_stop)
             return;
-        std::string name = std::move(m_prefetchWanted);
-        m_prefetchWanted.clear();
-        Unit& u = m_units[name];
-        if (u.ready)
-            continue;
-        m_inflight = name;
+        Unit& u = *next;
+        m_inflight = u.name;
         lock.unlock();
         try {
             fetchInto(u, true);
         } catch (...) {
-            // The unit's own enter() fetches again and reports the error there.
+            // The unit's own enter() fetches again and reports the error there;
+            // nothing more is fetched ahead until then.
             lock.lock();
             dropFetched(u);
             m_inflight.clear();
+            m_entered = -1;
             m_cv.notify_all();
             continue;
         }

@@ -44,8 +44,10 @@ public:
     const RtDevice& unitDevice(const std::string& unit) const;
 
     // Pre-hook: makes the unit's offloaded weights resident on `unitDevice`
-    // (waiting for a prefetch when one is under way) and starts fetching the
-    // next unit. Post-hook (leave): drops what was fetched.
+    // (waiting for a prefetch when one is under way) and moves the
+    // prefetcher on: it fetches the next units that need it, one ahead, more
+    // on a GPU with room (nextToPrefetch). Post-hook (leave): drops what was
+    // fetched.
     // The execution units forward() enters, in order (prefetch follows it).
     void setOrder(std::vector<std::string> units);
     void enter(const std::string& unit);
@@ -79,6 +81,8 @@ private:
         std::vector<uint64_t> held;                // bytes accounted for each fetched copy (0: a view)
         bool ready = false;      // fetched (by enter or the prefetcher) and not yet released
         bool needsFetch = false; // some weight is not resident on `device`
+        uint64_t fetchBytes = 0; // what fetching it places on `device`
+        std::vector<const Unit*> sharing; // units holding one of its weights too (a tied head)
     };
     // Copies on a simulated GPU go into buffers kept from earlier units of
     // the same size, as the CUDA caching allocator does on a real one:
@@ -98,6 +102,10 @@ private:
     // `going` (a load's progress check) returns false.
     void pause(double seconds, const std::function<bool()>& going = {}) const;
     void prefetchLoop();
+    // The unit the prefetcher should fetch next, or nullptr (under m_mutex).
+    Unit* nextToPrefetch();
+    // Whether `u` may be fetched while `aheadBytes` are already fetched ahead.
+    bool roomAhead(const Unit& u, uint64_t aheadBytes) const;
 
     const Checkpoint& m_ck;
     const ModuleTree& m_tree;
@@ -114,11 +122,14 @@ private:
     std::unordered_map<std::string, Slot*> m_byName;
     std::unordered_map<std::string, Unit> m_units;
     std::vector<std::string> m_order; // units in the order forward() enters them
+    std::vector<Unit*> m_orderUnits;  // the same units (m_units' nodes stay put)
 
     std::mutex m_mutex;
     std::condition_variable m_cv;
-    std::string m_prefetchWanted; // unit the prefetch thread should fetch next
-    std::string m_inflight;       // unit the prefetch thread is fetching now
+    // Position in m_order of the unit entered last: the prefetcher works
+    // ahead of it; -1 until the next enter() (after a failure, say).
+    int64_t m_entered = -1;
+    std::string m_inflight; // unit the prefetch thread is fetching now
     Unit* m_current = nullptr;
     std::string m_lastUnit;
     std::thread m_prefetcher;

@@ -78,6 +78,9 @@ struct MachineMemory {
     uint64_t ramTotalBytes = 0;
 };
 MachineMemory detectMachineMemory();
+// Just the RAM part of it: MemAvailable (or free + buffers + cache on kernels
+// without it), read from /proc/meminfo each call.
+uint64_t availableRamBytes();
 
 // JSON round trip, so users can save and edit profiles.
 std::string profileToJson(const HardwareProfile& profile);

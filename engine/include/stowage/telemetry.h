@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -68,6 +69,8 @@ public:
     void allocate(const std::string& device, uint64_t bytes, const std::string& module);
     void release(const std::string& device, uint64_t bytes);
     void setLimit(const std::string& device, uint64_t bytes);
+    // The limit less what is placed there now; nothing when there is no limit.
+    std::optional<uint64_t> headroom(const std::string& device) const;
     void addH2D(uint64_t bytes) { m_h2d += bytes; }
     void addDiskRead(uint64_t bytes) { m_disk += bytes; }
     // The step that events recorded from now on belong to.

@@ -69,6 +69,7 @@ private slots:
     void computeBoundWhenFlopsDominate();
     void cpuOffloadCostsPageableCopy();
     void policiesOrderAsExpected();
+    void prefetchCopiesOverlapResidentCompute();
     void cpuOnlyUsesRamBandwidth();
     void cpuStreamsAtItsGemvRate();
     void diskIsSlowest();
@@ -143,6 +144,35 @@ void TestCostModel::policiesOrderAsExpected()
     QCOMPARE(shareOf(pe, Device::cpu())->bottleneck, std::string("PCIe pinned copy"));
     auto we = estimateDecode(split(20 * kGB, cpu), 0, p, ExecutionPolicy::ComputeWhereItLives);
     QCOMPARE(shareOf(we, Device::cpu())->bottleneck, std::string("RAM read"));
+}
+
+void TestCostModel::prefetchCopiesOverlapResidentCompute()
+{
+    // GPU 0: 20 GB resident, read at 100 GB/s (0.2 s); 6 GB in RAM, copied at
+    // 50 GB/s pinned (0.12 s) and read there (0.06 s). One layer ahead, the
+    // runtime copies the next offloaded layer while the resident ones run:
+    // with one 6 GB layer the copy hides under the resident compute
+    // (0.2 + 0.06); with six of 1 GB only the first one's copy does
+    // (0.2 + 0.12 - (0.02 - 0.01)); the layer size unknown, only each
+    // copied layer's own compute (0.2 + 0.12).
+    auto p = hardwarePreset("rtx4090");
+    p.gpus[0].memoryBandwidth = 100e9;
+    p.gpus[0].h2dPinned = 50e9;
+    const Placement pl = split(20 * kGB, 6 * kGB);
+    auto seconds = [&](ExecutionPolicy policy, uint64_t unit) {
+        return estimateDecode(pl, 0, p, policy, unit).secondsPerToken;
+    };
+    QVERIFY(near(seconds(ExecutionPolicy::Prefetch, 0), 0.2 + 0.12));
+    QVERIFY(near(seconds(ExecutionPolicy::Prefetch, 6 * kGB), 0.2 + 0.06));
+    QVERIFY(near(seconds(ExecutionPolicy::Prefetch, kGB), 0.2 + 0.12 - 0.01));
+    // Copy-bound: 60 GB in RAM take 1.2 s to copy, the GPU's reads 0.8 s.
+    QVERIFY(near(estimateDecode(split(20 * kGB, 60 * kGB), 0, p, ExecutionPolicy::Prefetch, 60 * kGB).secondsPerToken,
+                 1.2));
+    // Accelerate-like copies before each layer runs: nothing overlaps.
+    QVERIFY(near(seconds(ExecutionPolicy::AccelerateLike, 6 * kGB), seconds(ExecutionPolicy::AccelerateLike, 0)));
+    // Shares still split the per-device times.
+    const auto e = estimateDecode(pl, 0, p, ExecutionPolicy::Prefetch, 6 * kGB);
+    QVERIFY(near(shareOf(e, Device::gpu(0))->share + shareOf(e, Device::cpu())->share, 1.0));
 }
 
 void TestCostModel::cpuOnlyUsesRamBandwidth()

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -43,6 +44,15 @@ std::vector<std::pair<Device, uint64_t>> placementOf(const Plan& plan)
     for (const auto& d : plan.devices)
         placement.emplace_back(d.device, d.used);
     return placement;
+}
+
+// The largest layer a plan copies to a device per token (what it reserved for it).
+uint64_t unitOf(const Plan& plan)
+{
+    uint64_t unit = 0;
+    for (const auto& d : plan.devices)
+        unit = std::max(unit, d.reservedLayer);
+    return unit;
 }
 
 nlohmann::ordered_json costJson(const CostEstimate& c, const HardwareProfile& hw, ExecutionPolicy policy)
@@ -129,8 +139,9 @@ int planCommand(const std::vector<std::string>& argv)
         auto& costs = r["cost"] = nlohmann::ordered_json::array();
         try {
             for (auto pol : kPolicies)
-                costs.push_back(costJson(estimateDecode(placementOf(plan), 2 * tree.root().paramCount, hardware(), pol),
-                                         hardware(), pol));
+                costs.push_back(costJson(
+                    estimateDecode(placementOf(plan), 2 * tree.root().paramCount, hardware(), pol, unitOf(plan)),
+                    hardware(), pol));
         } catch (const InputError& e) {
             // e.g. a map with GPUs and this machine has none: the plan still stands
             costs = nlohmann::ordered_json::array({{{"error", e.what()}}});
@@ -167,7 +178,7 @@ int planCommand(const std::vector<std::string>& argv)
     for (auto pol : kPolicies) {
         CostEstimate c;
         try {
-            c = estimateDecode(placementOf(plan), 2 * tree.root().paramCount, hardware(), pol);
+            c = estimateDecode(placementOf(plan), 2 * tree.root().paramCount, hardware(), pol, unitOf(plan));
         } catch (const InputError& e) {
             std::printf("  no prediction: %s (try --hardware PRESET, see stowage-cli hardware --list)\n", e.problem().c_str());
             break;

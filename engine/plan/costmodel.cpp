@@ -87,7 +87,7 @@ bool ramLayerRunsOnCpu(const HardwareProfile& profile, const GpuProfile& gpu)
 }
 
 CostEstimate estimateDecode(const std::vector<std::pair<Device, uint64_t>>& placement, uint64_t flopsPerToken,
-                            const HardwareProfile& profile, ExecutionPolicy policy)
+                            const HardwareProfile& profile, ExecutionPolicy policy, uint64_t unitBytes)
 {
     // Device order, duplicates merged, empty devices dropped: the planner may
     // report a device with no weights, and it costs nothing.
@@ -126,6 +126,12 @@ CostEstimate estimateDecode(const std::vector<std::pair<Device, uint64_t>>& plac
     if (bytesOn.begin()->first.kind == Device::Gpu)
         execGpu = bytesOn.begin()->first.index;
 
+    // What the copies to the execution GPU add up to (prefetch): the copies
+    // themselves (with the reads before them), and the GPU compute of the
+    // copied bytes; and the compute of GPU-resident weights they may overlap.
+    struct {
+        double copy = 0, compute = 0, bytes = 0, resident = 0;
+    } streamed;
     auto gpuCompute = [&](const GpuProfile& g, double bytes, double flops) {
         return overlap({{bytes / rate(g.memoryBandwidth, "GPU memory bandwidth", profile), "HBM read"},
                         {flops / rate(g.flops, "GPU FLOP/s", profile), "compute"}});
@@ -152,7 +158,11 @@ CostEstimate estimateDecode(const std::vector<std::pair<Device, uint64_t>>& plac
                         gpuCompute(g, bytes, flops));
         // Prefetch: the next layer's copy runs while this one computes.
         const Cost copy{bytes / rate(g.h2dPinned, "pinned host-to-device bandwidth", profile), "PCIe pinned copy"};
-        return overlap({copy, gpuCompute(g, bytes, flops)});
+        const Cost compute = gpuCompute(g, bytes, flops);
+        streamed.copy += copy.seconds;
+        streamed.compute += compute.seconds;
+        streamed.bytes += bytes;
+        return overlap({copy, compute});
     };
 
     // Weights on disk (header comment): from the page cache when the RAM and
@@ -172,7 +182,11 @@ CostEstimate estimateDecode(const std::vector<std::pair<Device, uint64_t>>& plac
         if (!execGpu && warm && profile.freshCopyBandwidth > 0) // a new CPU tensor per weight per token
             return then({bytes / std::min(cacheRate, profile.freshCopyBandwidth), "copy into fresh memory"},
                         cpuCompute(bytes, flops));
-        return then(warm ? cached : drive, ramResident(bytes, flops)); // copied out, then as RAM-resident
+        const double copiedBefore = streamed.copy;
+        const Cost c = then(warm ? cached : drive, ramResident(bytes, flops)); // copied out, then as RAM-resident
+        if (streamed.copy > copiedBefore) // on to the GPU: the prefetcher reads, then copies
+            streamed.copy += (warm ? cached : drive).seconds;
+        return c;
     };
 
     for (const auto& [device, bytes] : bytesOn) {
@@ -186,6 +200,8 @@ CostEstimate estimateDecode(const std::vector<std::pair<Device, uint64_t>>& plac
             // overlap at batch 1), so their times add; the hidden state that
             // hops between them is kilobytes, microseconds, left out.
             c = gpuCompute(gpuProfile(device.index), b, flops);
+            if (execGpu && device.index == *execGpu)
+                streamed.resident += c.seconds;
             break;
         case Device::Cpu:
             c = ramResident(b, flops);
@@ -202,8 +218,17 @@ CostEstimate estimateDecode(const std::vector<std::pair<Device, uint64_t>>& plac
         est.devices.push_back(share);
         est.secondsPerToken += c.seconds;
     }
+    const double summed = est.secondsPerToken;
+    if (unitBytes > 0 && streamed.copy > 0) {
+        // The copies run beside the execution GPU's compute (header comment).
+        const double unit = std::min(1.0, double(unitBytes) / streamed.bytes);
+        const double serial = streamed.resident + std::max(streamed.copy, streamed.compute);
+        const double pipelined = std::max({streamed.copy, streamed.resident + streamed.compute,
+                                           serial - unit * std::max(0.0, streamed.copy - streamed.compute)});
+        est.secondsPerToken -= serial - pipelined;
+    }
     for (auto& d : est.devices)
-        d.share = est.secondsPerToken > 0 ? d.seconds / est.secondsPerToken : 0;
+        d.share = summed > 0 ? d.seconds / summed : 0;
     est.tokensPerSecond = est.secondsPerToken > 0 ? 1.0 / est.secondsPerToken : 0;
     return est;
 }

@@ -550,8 +550,9 @@ int main(int argc, char** argv)
         phw.gpus = {GpuProfile{"simulated", 0, phw.ramBandwidth, pcie, pcie, hw.cpuFlops}};
         if (o.cold)
             phw.ramBytes = 0; // the model's cold case: the page cache holds nothing
+        const uint64_t layer = tBig.modules()[size_t(tBig.find("model.layers.0"))].bytes; // what a plan reserves
         const double pred =
-            estimateDecode(placement, 2 * wBig / 4, phw, *policyFromName(o.policy)).tokensPerSecond;
+            estimateDecode(placement, 2 * wBig / 4, phw, *policyFromName(o.policy), layer).tokensPerSecond;
         const double tok = o.cold ? 1.0 / r["first_prefill_s"].get<double>() : r["decode_tok_s"].get<double>();
         measured[o.name] = tok;
         preds.push_back({std::string("7B-layer float32, ") + o.name, pred / tok});

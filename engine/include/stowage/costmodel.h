@@ -62,7 +62,18 @@ bool ramLayerRunsOnCpu(const HardwareProfile& profile, const GpuProfile& gpu);
 // ComputeWhereItLives they are not copied at all but read in place from the
 // memory-mapped file (the runtime's weight store): then a warm page cache
 // costs a RAM read, and a drive's read overlaps the compute (read-ahead).
+//
+// Weights copied to the execution GPU under Prefetch (and ComputeWhereItLives
+// where the GPU wins) stream on their own: the runtime fetches the next
+// offloaded layer while the resident ones compute (one layer ahead; more
+// where the GPU has room), so the copies overlap the GPU's whole compute,
+// not only that of the copied layers. `unitBytes`, the largest layer copied
+// per token (a plan's DeviceTotal::reservedLayer), sizes the one copy that
+// cannot overlap: a token then costs max(copies, GPU compute, resident
+// compute + the copied part - one layer's copy beyond its compute). 0:
+// unknown, and copies overlap only the copied layers' compute (lower).
 CostEstimate estimateDecode(const std::vector<std::pair<Device, uint64_t>>& placement, uint64_t flopsPerToken,
-                            const HardwareProfile& profile, ExecutionPolicy policy = ExecutionPolicy::AccelerateLike);
+                            const HardwareProfile& profile, ExecutionPolicy policy = ExecutionPolicy::AccelerateLike,
+                            uint64_t unitBytes = 0);
 
 } // namespace stowage

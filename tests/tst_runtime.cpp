@@ -478,19 +478,26 @@ void TestRuntime::prefetchRunsAheadOnlyWithRoom()
                    {"transformer.h", dev("cpu")}, {"transformer.ln_f", dev("0")}, {"lm_head", dev("0")}};
     o.simulateGpus = true;
     o.policy = ExecutionPolicy::Prefetch;
+    uint64_t afterwards = 0; // on GPU 0 once the generation is over: nothing stays fetched ahead
     auto peakWith = [&](const LoadOptions& lo, std::vector<float>* logits) {
         auto m = Model::load(ck, tree, lo);
         m->setUnitDelay(0.05);
-        *logits = m->forward({1, 2, 3});
+        SamplingOptions so;
+        so.maxNewTokens = 1; // the prompt's pass alone
+        *logits = generate(*m, {1, 2, 3}, so, {}, /*keepLogits=*/true).logits.at(0);
         const auto peak = m->telemetry().peak();
+        const auto now = m->telemetry().resident();
+        afterwards = now.count("0") ? now.at("0") : resident;
         return peak.count("0") ? peak.at("0") : uint64_t(0);
     };
     std::vector<float> oneAhead, farAhead, cpu;
     const uint64_t noRoomKnown = peakWith(o, &oneAhead);
+    QCOMPARE(afterwards, resident);
     QVERIFY2(noRoomKnown >= resident + layer && noRoomKnown <= resident + 2 * layer,
              qPrintable(QString("peak %1: resident %2, a layer %3").arg(noRoomKnown).arg(resident).arg(layer)));
     o.gpuBudgets = {{dev("0"), uint64_t(4) << 30}}; // room: half of it, less 256 MiB, may go to units ahead
     const uint64_t withRoom = peakWith(o, &farAhead);
+    QCOMPARE(afterwards, resident);
     QVERIFY2(withRoom == resident + 6 * layer,
              qPrintable(QString("peak %1: resident %2, a layer %3").arg(withRoom).arg(resident).arg(layer)));
     LoadOptions onCpu;

@@ -97,6 +97,7 @@ GenerationResult generate(Model& model, const std::vector<int32_t>& prompt, cons
             t1 = clock::now();
     }
     r.decodeSeconds = std::chrono::duration<double>(clock::now() - t1).count();
+    model.idle(); // nothing stays fetched ahead for a token that will not come
     return r;
 }
 

@@ -111,6 +111,8 @@ void Model::resetCache(int expectedPositions)
     m_impl->cached = 0;
 }
 
+void Model::idle() { m_impl->store->releaseAll(); }
+
 int Model::vocabSize() const { return int(m_impl->runner->vocabSize()); }
 int Model::cachedTokens() const { return int(m_impl->cached); }
 const std::string& Model::modelType() const { return m_impl->modelType; }

@@ -72,6 +72,10 @@ public:
     // run will hold at most (prompt + new tokens), so CPU caches are sized
     // once instead of growing; 0 when unknown.
     void resetCache(int expectedPositions = 0);
+    // Ends a run of forward passes: offloaded weights fetched ahead for a next
+    // pass are released (a GPU with room may hold many), the KV cache stays.
+    // Prefetching starts again with the next pass.
+    void idle();
     int vocabSize() const;
     int cachedTokens() const;
     const std::string& modelType() const;

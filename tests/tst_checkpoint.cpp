@@ -63,6 +63,7 @@ private slots:
     void shardShrunkWhileMappedIsNamed();
     void shrinkSeenWithoutKeptDescriptor();
     void faultAddressNamesTheMappedFile();
+    void mappingAsksForHugePages();
 };
 
 void TestCheckpoint::singleFileFolder()
@@ -308,6 +309,41 @@ void TestCheckpoint::faultAddressNamesTheMappedFile()
     fs::resize_file(m.path(), 10);
     QVERIFY(findMappedFile(m.data(), path, sizeof path, &f));
     QCOMPARE(f.currentSize, uint64_t(10));
+}
+
+void TestCheckpoint::mappingAsksForHugePages()
+{
+    // Weights read from the drive through the mapping should land on 2 MiB
+    // pages (mappedfile.cpp): the mapping carries MADV_HUGEPAGE ("hg" in its
+    // VmFlags) wherever the kernel has transparent huge pages. Whether the
+    // pages then are 2 MiB ones depends on the file system; reported only.
+    const std::string file = dir("huge") + "/big.bin";
+    fixtures::writeBytes(file, QByteArray(6 << 20, 'w'));
+    MappedFile m(file);
+    const bool thp = QFile::exists("/sys/kernel/mm/transparent_hugepage/enabled");
+    auto vmaField = [&](const QByteArray& key) {
+        QFile smaps("/proc/self/smaps");
+        if (!smaps.open(QIODevice::ReadOnly))
+            return QByteArray();
+        const QByteArray start = QByteArray::number(qulonglong(reinterpret_cast<uintptr_t>(m.data())), 16) + '-';
+        bool inside = false;
+        for (const QByteArray& line : smaps.readAll().split('\n')) {
+            if (!line.isEmpty() && std::isxdigit(static_cast<unsigned char>(line[0])) && line.contains('-'))
+                inside = line.startsWith(start);
+            else if (inside && line.startsWith(key))
+                return line.mid(key.size()).trimmed();
+        }
+        return QByteArray();
+    };
+    const QByteArray flags = vmaField("VmFlags:");
+    QVERIFY2(!flags.isEmpty(), "the mapping is not in /proc/self/smaps");
+    if (thp)
+        QVERIFY2(flags.split(' ').contains("hg"), flags.constData());
+    volatile uint8_t sum = 0;
+    for (uint64_t i = 0; i < m.size(); i += 4096)
+        sum = uint8_t(sum + m.data()[i]);
+    qInfo("transparent huge pages: %s; FilePmdMapped of the mapping: %s", thp ? "yes" : "no",
+          vmaField("FilePmdMapped:").constData());
 }
 
 QTEST_APPLESS_MAIN(TestCheckpoint)

@@ -155,9 +155,11 @@ RamRates measureRamRates()
         size = std::min(size, std::max<uint64_t>(16ULL << 20, avail / 8)); // don't push a small machine into swap
     const size_t words = size / sizeof(uint64_t);
     // Uninitialised (each thread first-touches its own slice) and on normal
-    // pages, not madvise'd huge pages: weights are read from mmapped files on
-    // 4 KiB pages, and huge pages (fewer TLB misses) read up to 2x faster here,
-    // which decoding would not see.
+    // pages, not madvise'd huge pages: a checkpoint cached before Stowage
+    // mapped it sits on 4 KiB pages, and huge pages (fewer TLB misses) read
+    // up to 2x faster here. Weights read from the drive through the mapping
+    // get 2 MiB pages (mappedfile.cpp); the lower figure keeps predictions
+    // from promising that better case.
     std::unique_ptr<uint64_t[]> memory(new (std::nothrow) uint64_t[words]);
     if (!memory)
         return {}; // the caller falls back to a default

@@ -13,7 +13,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -36,23 +35,6 @@ const char* policyLabel(ExecutionPolicy p)
     return p == ExecutionPolicy::AccelerateLike ? "accelerate-like"
            : p == ExecutionPolicy::Prefetch     ? "prefetch"
                                                 : "compute-where-it-lives";
-}
-
-std::vector<std::pair<Device, uint64_t>> placementOf(const Plan& plan)
-{
-    std::vector<std::pair<Device, uint64_t>> placement;
-    for (const auto& d : plan.devices)
-        placement.emplace_back(d.device, d.used);
-    return placement;
-}
-
-// The largest layer a plan copies to a device per token (what it reserved for it).
-uint64_t unitOf(const Plan& plan)
-{
-    uint64_t unit = 0;
-    for (const auto& d : plan.devices)
-        unit = std::max(unit, d.reservedLayer);
-    return unit;
 }
 
 nlohmann::ordered_json costJson(const CostEstimate& c, const HardwareProfile& hw, ExecutionPolicy policy)
@@ -139,9 +121,8 @@ int planCommand(const std::vector<std::string>& argv)
         auto& costs = r["cost"] = nlohmann::ordered_json::array();
         try {
             for (auto pol : kPolicies)
-                costs.push_back(costJson(
-                    estimateDecode(placementOf(plan), 2 * tree.root().paramCount, hardware(), pol, unitOf(plan)),
-                    hardware(), pol));
+                costs.push_back(
+                    costJson(estimateDecode(plan, 2 * tree.root().paramCount, hardware(), pol), hardware(), pol));
         } catch (const InputError& e) {
             // e.g. a map with GPUs and this machine has none: the plan still stands
             costs = nlohmann::ordered_json::array({{{"error", e.what()}}});
@@ -178,7 +159,7 @@ int planCommand(const std::vector<std::string>& argv)
     for (auto pol : kPolicies) {
         CostEstimate c;
         try {
-            c = estimateDecode(placementOf(plan), 2 * tree.root().paramCount, hardware(), pol, unitOf(plan));
+            c = estimateDecode(plan, 2 * tree.root().paramCount, hardware(), pol);
         } catch (const InputError& e) {
             std::printf("  no prediction: %s (try --hardware PRESET, see stowage-cli hardware --list)\n", e.problem().c_str());
             break;

@@ -419,19 +419,12 @@ void PlanningPage::predict()
     }
     QStringList assumptions;
     const HardwareProfile hw = predictionProfile(&assumptions);
-    std::vector<std::pair<Device, uint64_t>> placement;
-    uint64_t unit = 0; // the largest layer copied per token: what the plan reserved for it
-    for (const DeviceTotal& t : m_plan->devices) {
-        if (t.used > 0)
-            placement.emplace_back(t.device, t.used);
-        unit = std::max(unit, t.reservedLayer);
-    }
     QVector<Prediction> rows;
     for (ExecutionPolicy pol : kPolicies) {
         Prediction pr;
         pr.policy = pol;
         try {
-            pr.estimate = estimateDecode(placement, 2 * m_tree->root().paramCount, hw, pol, unit);
+            pr.estimate = estimateDecode(*m_plan, 2 * m_tree->root().paramCount, hw, pol);
         } catch (const std::exception& e) {
             pr.error = QString::fromStdString(e.what());
         }

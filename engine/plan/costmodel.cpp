@@ -182,10 +182,11 @@ CostEstimate estimateDecode(const std::vector<std::pair<Device, uint64_t>>& plac
         if (!execGpu && warm && profile.freshCopyBandwidth > 0) // a new CPU tensor per weight per token
             return then({bytes / std::min(cacheRate, profile.freshCopyBandwidth), "copy into fresh memory"},
                         cpuCompute(bytes, flops));
+        const Cost read = warm ? cached : drive;
         const double copiedBefore = streamed.copy;
-        const Cost c = then(warm ? cached : drive, ramResident(bytes, flops)); // copied out, then as RAM-resident
+        const Cost c = then(read, ramResident(bytes, flops)); // copied out, then as RAM-resident
         if (streamed.copy > copiedBefore) // on to the GPU: the prefetcher reads, then copies
-            streamed.copy += (warm ? cached : drive).seconds;
+            streamed.copy += read.seconds;
         return c;
     };
 
@@ -231,6 +232,18 @@ CostEstimate estimateDecode(const std::vector<std::pair<Device, uint64_t>>& plac
         d.share = summed > 0 ? d.seconds / summed : 0;
     est.tokensPerSecond = est.secondsPerToken > 0 ? 1.0 / est.secondsPerToken : 0;
     return est;
+}
+
+CostEstimate estimateDecode(const Plan& plan, uint64_t flopsPerToken, const HardwareProfile& profile,
+                            ExecutionPolicy policy)
+{
+    std::vector<std::pair<Device, uint64_t>> placement;
+    uint64_t unit = 0;
+    for (const DeviceTotal& d : plan.devices) {
+        placement.emplace_back(d.device, d.used);
+        unit = std::max(unit, d.reservedLayer);
+    }
+    return estimateDecode(placement, flopsPerToken, profile, policy, unit);
 }
 
 } // namespace stowage

@@ -379,10 +379,12 @@ bool WeightStore::cpuIsFaster() const
 
 void WeightStore::setOrder(std::vector<std::string> units)
 {
-    m_order = std::move(units);
-    for (const auto& u : m_order) {
+    m_order.clear();
+    for (const auto& u : units) {
         Unit& unit = m_units[u];
         unit.name = u;
+        unit.position = int64_t(m_order.size());
+        m_order.push_back(&unit);
         RtDevice* dev = nullptr;
         bool oneGpu = true, allCpu = true;
         for (auto& sp : m_slots) {
@@ -410,11 +412,8 @@ void WeightStore::setOrder(std::vector<std::string> units)
                 unit.fetchBytes += slot->bytes;
             }
     }
-    m_orderUnits.clear();
-    for (const auto& u : m_order)
-        m_orderUnits.push_back(&m_units[u]);
-    for (Unit* a : m_orderUnits)
-        for (const Unit* b : m_orderUnits)
+    for (Unit* a : m_order)
+        for (const Unit* b : m_order)
             if (a != b && std::any_of(a->slots.begin(), a->slots.end(), [&](const Slot* x) {
                     return std::find(b->slots.begin(), b->slots.end(), x) != b->slots.end();
                 }))
@@ -461,7 +460,7 @@ void WeightStore::enter(const std::string& name)
     m_lastUnit = name;
     // The prefetcher works ahead of this unit (wrapping round: the next token starts again).
     if (m_options.policy != ExecutionPolicy::AccelerateLike) {
-        m_entered = std::find(m_order.begin(), m_order.end(), name) - m_order.begin();
+        m_entered = u.position;
         m_cv.notify_all();
     }
     if (const double delay = m_unitDelay.load(); delay > 0) {
@@ -568,13 +567,13 @@ const at::Tensor& WeightStore::get(const std::string& name) const
 // ones only while roomAhead() says the device has room for them.
 WeightStore::Unit* WeightStore::nextToPrefetch()
 {
-    const int64_t n = int64_t(m_orderUnits.size());
+    const int64_t n = int64_t(m_order.size());
     if (m_options.policy == ExecutionPolicy::AccelerateLike || m_entered < 0 || m_entered >= n)
         return nullptr;
-    std::vector<const Unit*> held{m_orderUnits[size_t(m_entered)]};
+    std::vector<const Unit*> held{m_order[size_t(m_entered)]};
     uint64_t aheadBytes = 0;
     for (int64_t k = 1; k < n; ++k) {
-        Unit& u = *m_orderUnits[size_t((m_entered + k) % n)];
+        Unit& u = *m_order[size_t((m_entered + k) % n)];
         if (!u.needsFetch)
             continue;
         // Never a unit that shares weights with one held (the tied head

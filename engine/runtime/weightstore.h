@@ -82,6 +82,7 @@ private:
         bool ready = false;      // fetched (by enter or the prefetcher) and not yet released
         bool needsFetch = false; // some weight is not resident on `device`
         uint64_t fetchBytes = 0; // what fetching it places on `device`
+        int64_t position = -1;   // in m_order; -1: not a unit forward() enters
         std::vector<const Unit*> sharing; // units holding one of its weights too (a tied head)
     };
     // Copies on a simulated GPU go into buffers kept from earlier units of
@@ -121,8 +122,7 @@ private:
     std::vector<std::unique_ptr<Slot>> m_slots;
     std::unordered_map<std::string, Slot*> m_byName;
     std::unordered_map<std::string, Unit> m_units;
-    std::vector<std::string> m_order; // units in the order forward() enters them
-    std::vector<Unit*> m_orderUnits;  // the same units (m_units' nodes stay put)
+    std::vector<Unit*> m_order; // units in the order forward() enters them (m_units' nodes stay put)
 
     std::mutex m_mutex;
     std::condition_variable m_cv;

@@ -3,6 +3,7 @@
 // device's weights cost how much time per generated token.
 #include "stowage/device.h"
 #include "stowage/hardware.h"
+#include "stowage/planner.h"
 
 #include <cstdint>
 #include <optional>
@@ -75,5 +76,9 @@ bool ramLayerRunsOnCpu(const HardwareProfile& profile, const GpuProfile& gpu);
 CostEstimate estimateDecode(const std::vector<std::pair<Device, uint64_t>>& placement, uint64_t flopsPerToken,
                             const HardwareProfile& profile, ExecutionPolicy policy = ExecutionPolicy::AccelerateLike,
                             uint64_t unitBytes = 0);
+// The same for a plan: its weights per device, and the largest layer it
+// reserved room for as the unit that is copied.
+CostEstimate estimateDecode(const Plan& plan, uint64_t flopsPerToken, const HardwareProfile& profile,
+                            ExecutionPolicy policy);
 
 } // namespace stowage

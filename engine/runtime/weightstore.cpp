@@ -380,6 +380,7 @@ bool WeightStore::cpuIsFaster() const
 void WeightStore::setOrder(std::vector<std::string> units)
 {
     m_order.clear();
+    m_anyFetch = false;
     for (const auto& u : units) {
         Unit& unit = m_units[u];
         unit.name = u;
@@ -411,6 +412,7 @@ void WeightStore::setOrder(std::vector<std::string> units)
                 unit.needsFetch = true;
                 unit.fetchBytes += slot->bytes;
             }
+        m_anyFetch = m_anyFetch || unit.needsFetch;
     }
     for (Unit* a : m_order)
         for (const Unit* b : m_order)
@@ -458,10 +460,14 @@ void WeightStore::enter(const std::string& name)
     }
     m_current = &u;
     m_lastUnit = name;
-    // The prefetcher works ahead of this unit (wrapping round: the next token starts again).
+    // The prefetcher works ahead of this unit (wrapping round: the next token
+    // starts again). Woken only where some unit needs a fetch: a map that
+    // needs none woke it twice a unit for nothing, a futex call on this
+    // thread and a context switch on a core the GEMV helpers share.
     if (m_options.policy != ExecutionPolicy::AccelerateLike) {
         m_entered = u.position;
-        m_cv.notify_all();
+        if (m_anyFetch)
+            m_cv.notify_all();
     }
     if (const double delay = m_unitDelay.load(); delay > 0) {
         lock.unlock();
@@ -538,7 +544,8 @@ void WeightStore::leave(const std::string& name)
     dropFetched(u);
     if (m_current == &u)
         m_current = nullptr;
-    m_cv.notify_all(); // room for the prefetcher
+    if (m_anyFetch)
+        m_cv.notify_all(); // room for the prefetcher
     m_telemetry.event({m_telemetry.now(), m_telemetry.now(), TraceKind::Release, name, {}, u.device->label(), 0});
 }
 

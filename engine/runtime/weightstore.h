@@ -130,6 +130,9 @@ private:
     // ahead of it; -1 until the next enter() (after a failure, say).
     int64_t m_entered = -1;
     std::string m_inflight; // unit the prefetch thread is fetching now
+    // Whether any unit needs a fetch: without one the prefetcher has nothing
+    // to do and enter()/leave() do not wake it (setOrder).
+    bool m_anyFetch = false;
     Unit* m_current = nullptr;
     std::string m_lastUnit;
     std::thread m_prefetcher;

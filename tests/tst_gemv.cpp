@@ -234,6 +234,7 @@ void TestGemv::attentionAgainstDoubleSums_data()
     QTest::addColumn<int>("kvHeads");
     QTest::addColumn<int>("dim");
     QTest::addColumn<int>("positions");
+    QTest::addColumn<int>("qDtype");
     struct Case {
         int heads, kvHeads, dim, positions;
     };
@@ -241,10 +242,15 @@ void TestGemv::attentionAgainstDoubleSums_data()
     for (at::ScalarType dt : {at::kFloat, at::kBFloat16, at::kHalf})
         for (GemvKernel k : gemvKernels(dt))
             if (k != GemvKernel::None)
-                for (const Case& c : cases)
+                for (const Case& c : cases) {
                     QTest::addRow("%s %s H%d/%d D%d S%d", c10::toString(dt), gemvKernelName(k), c.heads, c.kvHeads, c.dim,
                                   c.positions)
-                        << int(k) << int(dt) << c.heads << c.kvHeads << c.dim << c.positions;
+                        << int(k) << int(dt) << c.heads << c.kvHeads << c.dim << c.positions << int(dt);
+                    if (dt == at::kHalf) // an fp16 checkpoint's cache with fp32 activations (runner.h)
+                        QTest::addRow("fp32 q, fp16 cache %s H%d/%d D%d S%d", gemvKernelName(k), c.heads, c.kvHeads,
+                                      c.dim, c.positions)
+                            << int(k) << int(dt) << c.heads << c.kvHeads << c.dim << c.positions << int(at::kFloat);
+                }
 }
 
 void TestGemv::attentionAgainstDoubleSums()
@@ -259,12 +265,13 @@ void TestGemv::attentionAgainstDoubleSums()
     QFETCH(int, kvHeads);
     QFETCH(int, dim);
     QFETCH(int, positions);
-    const auto dt = at::ScalarType(dtype);
+    QFETCH(int, qDtype);
+    const auto dt = at::ScalarType(dtype), qdt = at::ScalarType(qDtype);
     const GemvKernel before = gemvKernelFor(dt);
     overrideGemvKernel(dt, GemvKernel(kernel));
     std::mt19937 rng(uint32_t(heads * 131 + dim * 7 + positions));
     const int64_t capacity = positions + 5;
-    at::Tensor q = uniform(heads, dim, rng, dt).view({1, heads, 1, dim});
+    at::Tensor q = uniform(heads, dim, rng, qdt).view({1, heads, 1, dim});
     at::Tensor kb = uniform(kvHeads * capacity, dim, rng, dt).view({1, kvHeads, capacity, dim});
     at::Tensor vb = uniform(kvHeads * capacity, dim, rng, dt).view({1, kvHeads, capacity, dim});
     at::Tensor k = kb.narrow(2, 0, positions), v = vb.narrow(2, 0, positions);
@@ -272,16 +279,17 @@ void TestGemv::attentionAgainstDoubleSums()
     at::Tensor got = attendOne(q, k, v, scale);
     overrideGemvKernel(dt, before);
     QVERIFY(got.defined());
-    QCOMPARE(got.scalar_type(), dt);
+    QCOMPARE(got.scalar_type(), qdt);
     QCOMPARE(got.sizes().vec(), (std::vector<int64_t>{1, heads, 1, dim}));
 
     const at::Tensor qd = q.to(at::kDouble).contiguous(), kd = k.to(at::kDouble).contiguous(),
                      vd = v.to(at::kDouble).contiguous(), gd = got.to(at::kDouble).contiguous();
     const double *qp = qd.data_ptr<double>(), *kp = kd.data_ptr<double>(), *vp = vd.data_ptr<double>(),
                  *gp = gd.data_ptr<double>();
-    // bf16/fp16: the softmax weights meet V rounded to the dtype (relative
-    // 2^-8 / 2^-11), and the result is rounded once more.
-    const double tol = dt == at::kBFloat16 ? 3.0 / 256 : dt == at::kHalf ? 3.0 / 2048 : 1e-5;
+    // bf16/fp16 activations: the softmax weights meet V rounded to the dtype
+    // (relative 2^-8 / 2^-11), and the result is rounded once more. fp32
+    // ones (an fp16 cache too): nothing is rounded but fp32 sums.
+    const double tol = qdt == at::kBFloat16 ? 3.0 / 256 : qdt == at::kHalf ? 3.0 / 2048 : 1e-5;
     double worst = 0;
     for (int h = 0; h < heads; ++h) {
         const int kv = h / (heads / kvHeads);
@@ -315,6 +323,11 @@ void TestGemv::attentionDeclinesWhatItCannotDo()
     QVERIFY(!attendOne(at::ones({1, 4, 2, 16}), k, k, 1.0).defined());                          // two new positions
     QVERIFY(!attendOne(at::ones({1, 3, 1, 16}), k, k, 1.0).defined());                          // 3 heads over 2
     QVERIFY(!attendOne(q.to(at::kDouble), k.to(at::kDouble), k.to(at::kDouble), 1.0).defined());
+    // a cache narrower than q only as fp16 under fp32
+    QVERIFY(!attendOne(q.to(at::kBFloat16), k.to(at::kHalf), k.to(at::kHalf), 1.0).defined());
+    QVERIFY(!attendOne(q.to(at::kHalf), k, k, 1.0).defined());
+    QVERIFY(!attendOne(q, k.to(at::kBFloat16), k.to(at::kBFloat16), 1.0).defined());
+    QVERIFY(!attendOne(q, k.to(at::kHalf), k, 1.0).defined());
     QVERIFY(!attendOne(at::ones({1, 4, 1, 12}), at::ones({1, 2, 9, 12}), at::ones({1, 2, 9, 12}), 1.0).defined());
 }
 

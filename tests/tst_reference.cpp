@@ -77,8 +77,9 @@ void TestReference::matchesReference_data()
         QTest::addRow("opt pre-ln %s", placement) << QStringList{"--family", "opt-proj", "--pre-ln"} << placement << false;
     }
     // fp16 checkpoints computed from their fp16 weights on the CPU (widened
-    // as the kernels read them, exact): the reference computes in fp32 from
-    // the same fp16 values, so the logits agree as closely as fp32 ones do.
+    // as the kernels read them, exact) and with their cache in fp16: the
+    // reference computes in fp32 from the same fp16 values and rounds its keys
+    // and values to fp16, so the logits agree as closely as fp32 ones do.
     for (const char* placement : {"cpu", "offloaded"})
         for (const char* family : {"gpt2", "llama", "opt-proj"})
             QTest::addRow("%s fp16 weights %s", family, placement)
@@ -100,9 +101,11 @@ void TestReference::matchesReference()
         ids += (ids.isEmpty() ? "" : ",") + QString::number(id);
     const QString refFile = dir + "/reference.json";
     if (!fs::exists(refFile.toStdString())) {
-        QVERIFY2(python({kReference + "/run_reference.py", "--checkpoint", dir, "--prompt-ids", ids, "--max-new-tokens",
-                         QString::number(kSteps)},
-                        &out, &err),
+        QStringList args{kReference + "/run_reference.py", "--checkpoint", dir, "--prompt-ids", ids, "--max-new-tokens",
+                         QString::number(kSteps)};
+        if (keepF16) // the engine keeps this checkpoint's keys and values in fp16 (runner.h)
+            args << "--kv-dtype" << "float16";
+        QVERIFY2(python(args, &out, &err),
                  err.constData());
         fixtures::writeBytes(refFile.toStdString(), out);
     }

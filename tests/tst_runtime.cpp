@@ -327,9 +327,11 @@ void TestRuntime::fp16WeightsStayFp16OnTheCpu()
     // place from the mapping (LibTorch 1.13 has no fp16 matmul on the CPU: the
     // kernels widen each weight to fp32 as they read it, activations are
     // fp32). Widening is exact, so the logits are those of the same weights
-    // converted to fp32 at load, up to the order of fp32 sums; and anonymous
-    // memory does not grow by the weights (it grew by twice their size when
-    // they were converted at load).
+    // converted to fp32 at load, up to the order of fp32 sums and the keys and
+    // values kept in fp16 (runner.h: rounded to 11 bits, 1.1-1.5e-4 of the
+    // largest logit here; tst_reference checks them exactly, with the rounding
+    // modelled); and anonymous memory does not grow by the weights (it grew
+    // by twice their size when they were converted at load).
     QFETCH(QString, family);
     const std::string d = path("f16-" + family.toStdString());
     if (family == "gpt2") {
@@ -358,7 +360,7 @@ void TestRuntime::fp16WeightsStayFp16OnTheCpu()
         scale = std::max(scale, std::abs(widened[i]));
         worst = std::max(worst, std::abs(got[i] - widened[i]));
     }
-    QVERIFY2(scale > 0 && worst <= 1e-4f * scale,
+    QVERIFY2(scale > 0 && worst <= 1e-3f * scale,
              qPrintable(QString("largest difference %1 for logits up to %2").arg(worst).arg(scale)));
     QVERIFY2(loaded < weights / 4, qPrintable(QString("anonymous memory grew %1 loading %2 bytes of fp16 weights")
                                                   .arg(loaded)

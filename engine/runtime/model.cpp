@@ -62,7 +62,9 @@ std::unique_ptr<Model> Model::load(const Checkpoint& ck, const ModuleTree& tree,
     impl->runner = arch::makeRunner(cfg, *impl->store);
     impl->store->setOrder(impl->runner->units());
     impl->cache.resize(size_t(impl->runner->layers()));
-    return std::unique_ptr<Model>(new Model(std::move(impl)));
+    std::unique_ptr<Model> model(new Model(std::move(impl)));
+    model->resetCache();
+    return model;
 }
 
 std::vector<float> Model::forward(const std::vector<int32_t>& ids, bool allPositions)
@@ -107,6 +109,10 @@ void Model::resetCache(int expectedPositions)
 {
     arch::LayerCache empty;
     empty.expected = std::max(0, expectedPositions);
+    // fp16 weights computed in fp32 on the CPU: keys and values in fp16 (runner.h)
+    const WeightStore& s = *m_impl->store;
+    if (s.weightDType() == at::kHalf && s.computeDType() == at::kFloat)
+        empty.storeAs = at::kHalf;
     m_impl->cache.assign(m_impl->cache.size(), empty);
     m_impl->cached = 0;
 }

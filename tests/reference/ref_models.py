@@ -2,7 +2,8 @@
 
 Each model exposes forward(input_ids[T], cache, start) -> (logits[T, V], cache),
 batch size 1, where cache is a per-layer list of (k, v) tensors shaped
-[heads, seq, head_dim] (None before the prefill). forward(ids, None, 0) on a
+[heads, seq, head_dim] (None before the prefill), rounded to the model's
+kv_dtype where one is set. forward(ids, None, 0) on a
 whole sequence is the no-cache path.
 """
 import math
@@ -30,6 +31,12 @@ def _up(dtype):
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+def _kept(t, kv_dtype):
+    """New keys or values as the cache keeps them: rounded to kv_dtype (an fp16
+    checkpoint computed in fp32 keeps its cache in fp16), else as they are."""
+    return t if kv_dtype is None else t.to(kv_dtype).to(t.dtype)
+
+
 def _causal_bias(q_len, k_len, dtype):
     """Additive mask: 0 where key j <= query i (positions offset by k_len - q_len)."""
     past = k_len - q_len
@@ -43,6 +50,8 @@ def _causal_bias(q_len, k_len, dtype):
 
 class GPT2:
     """modeling_gpt2.GPT2LMHeadModel: wte + wpe, pre-LN blocks, Conv1D, gelu_new."""
+
+    kv_dtype = None  # the cache's dtype where it differs (_kept)
 
     def __init__(self, cfg, tensors, dtype):
         w = {k: v.to(dtype) for k, v in _strip(tensors, ["transformer."]).items()}
@@ -88,6 +97,7 @@ class GPT2:
             q = q.view(T, self.nh, self.hd).transpose(0, 1)
             k = k.view(T, self.nh, self.hd).transpose(0, 1)
             v = v.view(T, self.nh, self.hd).transpose(0, 1)
+            k, v = _kept(k, self.kv_dtype), _kept(v, self.kv_dtype)
             if cache is not None:
                 k = torch.cat([cache[i][0], k], dim=1)
                 v = torch.cat([cache[i][1], v], dim=1)
@@ -130,6 +140,8 @@ def llama3_inv_freq(inv_freq, rs):
 
 class LlamaLike:
     """modeling_llama / mistral / qwen2 / qwen3 *ForCausalLM, eager attention."""
+
+    kv_dtype = None  # the cache's dtype where it differs (_kept)
 
     def __init__(self, cfg, tensors, dtype):
         w = {k: v.to(dtype) for k, v in _strip(tensors, ["model."]).items()}
@@ -213,6 +225,7 @@ class LlamaLike:
             q, k, v = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)
             q = q * cos + self.rotate_half(q) * sin
             k = k * cos + self.rotate_half(k) * sin
+            k, v = _kept(k, self.kv_dtype), _kept(v, self.kv_dtype)
             if cache is not None:
                 k = torch.cat([cache[i][0], k], dim=1)
                 v = torch.cat([cache[i][1], v], dim=1)
@@ -242,6 +255,8 @@ class OPT:
     project_in/project_out, pre-LN (do_layer_norm_before) or post-LN."""
 
     OFFSET = 2
+
+    kv_dtype = None  # the cache's dtype where it differs (_kept)
 
     def __init__(self, cfg, tensors, dtype):
         w = {k: v.to(dtype) for k, v in _strip(tensors, ["model.decoder.", "decoder."]).items()}
@@ -295,6 +310,7 @@ class OPT:
             q = q.view(T, self.nh, self.hd).transpose(0, 1)
             k = k.view(T, self.nh, self.hd).transpose(0, 1)
             v = v.view(T, self.nh, self.hd).transpose(0, 1)
+            k, v = _kept(k, self.kv_dtype), _kept(v, self.kv_dtype)
             if cache is not None:
                 k = torch.cat([cache[i][0], k], dim=1)
                 v = torch.cat([cache[i][1], v], dim=1)

@@ -3,7 +3,7 @@
 
 Usage:
   run_reference.py --checkpoint DIR --prompt-ids 1,2,3 --max-new-tokens N
-                   [--dtype float32|float64|bfloat16] [--no-cache]
+                   [--dtype float32|float64|bfloat16] [--kv-dtype float16] [--no-cache]
 
 Loads DIR/config.json and DIR/model.safetensors (or the shards named by
 DIR/model.safetensors.index.json), runs the prompt as one prefill, then greedy
@@ -80,6 +80,9 @@ def main(argv=None):
     ap.add_argument("--dtype", default="float32", choices=sorted(COMPUTE_DTYPES),
                     help="compute dtype (weights are cast to it); float16 is not offered because "
                          "CPU matmul in this torch has no Half kernel")
+    ap.add_argument("--kv-dtype", choices=["float16"],
+                    help="keep keys and values rounded to this dtype (the engine's cache for an fp16 "
+                         "checkpoint computed in fp32 on the CPU)")
     ap.add_argument("--no-cache", action="store_true")
     a = ap.parse_args(argv)
     try:
@@ -93,6 +96,8 @@ def main(argv=None):
     torch.set_num_threads(1)
     try:
         model = load(a.checkpoint, COMPUTE_DTYPES[a.dtype])
+        if a.kv_dtype:
+            model.kv_dtype = torch.float16
         vocab = model.cfg["vocab_size"]
         if any(t < 0 or t >= vocab for t in prompt):
             print("run_reference: prompt id out of range [0, %d)" % vocab, file=sys.stderr)

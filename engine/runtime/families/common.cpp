@@ -38,10 +38,10 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
             return o;
     }
     const int64_t heads = q.size(1), kvHeads = k.size(1);
-    at::Tensor kk = k, vv = v;
+    at::Tensor kk = k.to(q.scalar_type()), vv = v.to(q.scalar_type());
     if (heads != kvHeads) { // repeat_kv
-        kk = k.repeat_interleave(heads / kvHeads, 1);
-        vv = v.repeat_interleave(heads / kvHeads, 1);
+        kk = kk.repeat_interleave(heads / kvHeads, 1);
+        vv = vv.repeat_interleave(heads / kvHeads, 1);
     }
     at::Tensor scores = at::matmul(q, kk.transpose(-1, -2)) * scale;
     const int64_t T = q.size(2), S = kk.size(2);
@@ -270,7 +270,8 @@ std::pair<at::Tensor, at::Tensor> appendCache(LayerCache& c, const at::Tensor& k
     // the cache once, about every length/8 steps, and at most an eighth (or
     // 15 positions) stands unused, so a planned KV budget is barely exceeded.
     const int64_t n = k.size(2), need = c.length + n;
-    const bool moved = c.k.defined() && (c.k.device() != k.device() || c.k.scalar_type() != k.scalar_type());
+    const at::ScalarType dt = c.storeAs != at::ScalarType::Undefined ? c.storeAs : k.scalar_type();
+    const bool moved = c.k.defined() && (c.k.device() != k.device() || c.k.scalar_type() != dt);
     if (!c.k.defined() || moved || need > c.k.size(2)) {
         const int64_t block = std::clamp<int64_t>(need / 8, 16, 256);
         std::vector<int64_t> shape = k.sizes().vec();
@@ -282,7 +283,7 @@ std::pair<at::Tensor, at::Tensor> appendCache(LayerCache& c, const at::Tensor& k
         // taken when used, as before.
         if (k.is_cpu() && need <= c.expected)
             shape[2] = std::max(shape[2], std::min<int64_t>(c.expected, kMaxExpected));
-        at::Tensor nk = at::empty(shape, k.options()), nv = at::empty(shape, v.options());
+        at::Tensor nk = at::empty(shape, k.options().dtype(dt)), nv = at::empty(shape, v.options().dtype(dt));
         if (c.length > 0) {
             nk.narrow(2, 0, c.length).copy_(c.k.narrow(2, 0, c.length));
             nv.narrow(2, 0, c.length).copy_(c.v.narrow(2, 0, c.length));
@@ -290,9 +291,10 @@ std::pair<at::Tensor, at::Tensor> appendCache(LayerCache& c, const at::Tensor& k
         c.k = nk;
         c.v = nv;
     }
-    if (!appendRows(c.k, c.length, k) || !appendRows(c.v, c.length, v)) {
-        c.k.narrow(2, c.length, n).copy_(k);
-        c.v.narrow(2, c.length, n).copy_(v);
+    const at::Tensor ks = k.to(dt), vs = v.to(dt);
+    if (!appendRows(c.k, c.length, ks) || !appendRows(c.v, c.length, vs)) {
+        c.k.narrow(2, c.length, n).copy_(ks);
+        c.v.narrow(2, c.length, n).copy_(vs);
     }
     c.length = need;
     return {c.k.narrow(2, 0, need), c.v.narrow(2, 0, need)};

@@ -527,12 +527,15 @@ at::Tensor gemvT(const at::Tensor& w, const at::Tensor& x)
 at::Tensor attendOne(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale)
 {
 #if STOWAGE_GEMV_X86
-    const at::ScalarType dt = q.scalar_type();
-    if (!supportedDType(dt) || k.scalar_type() != dt || v.scalar_type() != dt || !q.is_cpu() || !k.is_cpu() ||
-        !v.is_cpu() || q.dim() != 4 || k.dim() != 4 || q.size(0) != 1 || q.size(2) != 1 || k.sizes() != v.sizes())
+    // q's dtype (the activations'), and the cache's: the same, or fp16 keys
+    // and values with fp32 activations (LayerCache::storeAs).
+    const at::ScalarType dt = q.scalar_type(), kvt = k.scalar_type();
+    if (!supportedDType(dt) || (kvt != dt && !(dt == at::kFloat && kvt == at::kHalf)) || v.scalar_type() != kvt ||
+        !q.is_cpu() || !k.is_cpu() || !v.is_cpu() || q.dim() != 4 || k.dim() != 4 || q.size(0) != 1 ||
+        q.size(2) != 1 || k.sizes() != v.sizes())
         return {};
     const int64_t heads = q.size(1), dim = q.size(3), kvHeads = k.size(1), positions = k.size(2);
-    GemvKernel kernel = gemvKernelFor(dt);
+    GemvKernel kernel = gemvKernelFor(kvt);
     if (kernel == GemvKernel::Avx512Bf16)
         kernel = GemvKernel::Avx512; // q stays fp32 here
     if (kernel == GemvKernel::None || dim % accWidth(kernel) != 0 || k.size(0) != 1 || k.size(3) != dim ||
@@ -552,9 +555,9 @@ at::Tensor attendOne(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
         std::atomic<int64_t> next{0};
         int64_t heads;
     } work;
-    const int64_t es = int64_t(at::elementSize(dt));
-    work.dot = rowsFor(kernel, dt, at::kFloat);
-    work.acc = accFor(kernel, dt);
+    const int64_t es = int64_t(at::elementSize(kvt));
+    work.dot = rowsFor(kernel, kvt, at::kFloat);
+    work.acc = accFor(kernel, kvt);
     const at::Tensor qf = q.to(at::kFloat).contiguous();
     at::Tensor out = at::zeros({1, heads, 1, dim}, at::kFloat);
     const int threads = int(std::min<int64_t>(std::max(1, at::get_num_threads()), heads));

@@ -21,6 +21,11 @@ struct LayerCache {
     // Positions the run is expected to reach (Model::resetCache): a CPU
     // buffer takes them at its first allocation instead of growing.
     int64_t expected = 0;
+    // The dtype keys and values are kept in where it differs from the
+    // activations' (Undefined: theirs). fp16 checkpoints computed in fp32 on
+    // the CPU keep them in fp16, as transformers does and as the planner's
+    // KV reserve counts them (kvcache.h): half the bytes held and read.
+    at::ScalarType storeAs = at::ScalarType::Undefined;
 };
 
 class Runner {
@@ -59,6 +64,7 @@ private:
 
 // Softmax attention over the cache: q [B,H,T,D], k/v [B,KV,S,D]; causal for
 // the T new positions that follow S-T cached ones. Grouped-query heads repeat.
+// k/v may be held narrower than q (LayerCache::storeAs): they are widened.
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale);
 // y = x W^T (+ b) for W stored [out, in] (Linear). One row at a time
 // (decoding) goes through a matrix-vector kernel (gemv.h), several times
@@ -84,8 +90,8 @@ at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w, double eps);
 at::Tensor rotary(const at::Tensor& q, const at::Tensor& cos, const at::Tensor& sin);
 // Rows of an embedding table in the activations' dtype (WeightStore::computeDType).
 at::Tensor embed(const at::Tensor& w, const at::Tensor& ids, at::ScalarType dtype);
-// Appends k/v [B, KV, T, D] to the layer's cache and returns views of all
-// cached positions (the new ones last).
+// Appends k/v [B, KV, T, D] to the layer's cache (in c.storeAs where set)
+// and returns views of all cached positions (the new ones last).
 std::pair<at::Tensor, at::Tensor> appendCache(LayerCache& c, const at::Tensor& k, const at::Tensor& v);
 
 } // namespace stowage::arch

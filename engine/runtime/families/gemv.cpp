@@ -303,13 +303,20 @@ const char* gemvKernelName(GemvKernel k)
 
 std::vector<GemvKernel> gemvKernels(at::ScalarType dtype)
 {
-    // Best first, as measured (docs/PERFORMANCE.md): the widest this CPU runs.
+    // Best first, as measured (docs/PERFORMANCE.md): the widest this CPU
+    // runs, but for fp16, where AVX2 comes first. Its weights are widened by
+    // vcvtph2ps, which on Zen 4 streamed fp16 rows of 1024 at 0.89-0.91 of a
+    // plain read in its 512-bit form against 0.96-0.99 in its 256-bit one
+    // (six runs, the small benchmark model's matrices), and rows of 4096 at
+    // 0.93-0.95 against 0.95.
     std::vector<GemvKernel> out;
     if (dtype == at::kBFloat16 && cpuHas(GemvKernel::Avx512Bf16))
         out.push_back(GemvKernel::Avx512Bf16);
+    if (dtype == at::kHalf && cpuHas(GemvKernel::Avx2))
+        out.push_back(GemvKernel::Avx2);
     if (supportedDType(dtype) && cpuHas(GemvKernel::Avx512))
         out.push_back(GemvKernel::Avx512);
-    if (supportedDType(dtype) && cpuHas(GemvKernel::Avx2))
+    if (supportedDType(dtype) && dtype != at::kHalf && cpuHas(GemvKernel::Avx2))
         out.push_back(GemvKernel::Avx2);
     out.push_back(GemvKernel::None);
     return out;
@@ -362,65 +369,75 @@ std::vector<at::Tensor> gemvAllWith(GemvKernel kernel, const std::vector<at::Ten
         sums.resize(size_t(rowsInAll));
     // Rows in chunks the threads take in turn from a shared counter, not one
     // fixed share each: on a busy machine a thread that loses its core holds
-    // up the others for one chunk, not for its whole share. Four chunks per
-    // thread, at least 256 KiB each: long runs for the prefetchers (64 KiB
-    // chunks streamed 20% slower than halves). Matrices that share x (q, k
-    // and v; gate and up) are one job, chunks of each in turn: the threads
-    // wait for each other once, not once a matrix.
-    struct Matrix {
-        at::Tensor w; // contiguous
+    // up the others for one chunk, not for its whole share. Guided sizes: a
+    // chunk is a quarter of each thread's share of the rows still to hand
+    // out (in all the job's matrices), at least 256 KiB (long runs for the
+    // prefetchers: 64 KiB chunks streamed 20% slower than halves), so chunks
+    // shrink towards the end and the threads finish within a small one of
+    // each other. Fixed quarters of each matrix could leave a thread waiting
+    // on a quarter of a 7B head; guided ones decoded the 7B-layer bf16 model
+    // at 0.88-0.96 of the bound against 0.84-0.94 (Zen 4, alternating runs).
+    // Matrices that share x (q, k and v; gate and up) are one job, chunks of
+    // each in turn: the threads wait for each other once, not once a matrix.
+    struct Chunk {
         const void* data;
-        int64_t n, chunk, firstChunk;
         float* y;
         void* rounded; // y in bf16/fp16, or nullptr
+        int64_t r0, r1;
     };
     struct Work {
         rows::Fn f;
         const void* x;
-        int64_t k, chunks;
+        int64_t k;
         at::ScalarType type;
-        int count;
-        Matrix m[kGemvMatrices];
+        const Chunk* chunks;
+        int64_t count;
         std::atomic<int64_t> next{0};
     } work;
     work.f = f;
     work.x = xin.data_ptr();
     work.k = x.size(0);
     work.type = xt;
-    work.count = int(ws.size());
-    work.chunks = 0;
     const int threads = std::max(1, at::get_num_threads());
     const int64_t rowBytes = std::max<int64_t>(1, work.k * int64_t(ws[0].element_size()));
-    const int64_t minRows = (int64_t(256) << 10) / rowBytes;
+    const int64_t minRows = std::max<int64_t>(8, (int64_t(256) << 10) / rowBytes);
+    thread_local std::vector<Chunk> chunks;
+    chunks.clear();
+    std::vector<at::Tensor> kept; // contiguous copies, alive for the job
+    int64_t left = rowsInAll;
     float* sumsAt = sums.data();
-    for (size_t i = 0; i < ws.size(); ++i) {
-        Matrix& m = work.m[i];
-        m.w = ws[i].contiguous();
-        m.data = m.w.data_ptr();
-        m.n = m.w.size(0);
-        m.chunk = std::max<int64_t>({8, minRows, m.n / (int64_t(threads) * 4)});
-        m.chunk = (m.chunk + 7) / 8 * 8; // whole blocks of eight rows (gemv_isa.h)
-        m.firstChunk = work.chunks;
-        work.chunks += (m.n + m.chunk - 1) / m.chunk;
-        ys.push_back(at::empty({m.n}, at::TensorOptions().dtype(xt)));
-        m.y = xt == at::kFloat ? ys.back().data_ptr<float>() : sumsAt;
-        m.rounded = xt == at::kFloat ? nullptr : ys.back().data_ptr();
-        sumsAt += m.n;
-    }
-    Helpers::instance().run(int(std::min<int64_t>(threads, work.chunks)), [](void* ctx, int) {
-        auto& s = *static_cast<Work*>(ctx);
-        for (int64_t c = s.next.fetch_add(1, std::memory_order_relaxed); c < s.chunks;
-             c = s.next.fetch_add(1, std::memory_order_relaxed)) {
-            int i = s.count - 1;
-            while (c < s.m[i].firstChunk)
-                --i;
-            const Matrix& m = s.m[i];
-            const int64_t r0 = (c - m.firstChunk) * m.chunk, r1 = std::min(m.n, r0 + m.chunk);
-            s.f(m.data, s.x, s.k, r0, r1, m.y);
-            if (m.rounded)
-                roundRows(m.y, m.rounded, s.type, r0, r1);
+    for (const at::Tensor& w0 : ws) {
+        const at::Tensor w = w0.contiguous();
+        if (!w.is_same(w0))
+            kept.push_back(w);
+        const int64_t n = w.size(0);
+        ys.push_back(at::empty({n}, at::TensorOptions().dtype(xt)));
+        float* y = xt == at::kFloat ? ys.back().data_ptr<float>() : sumsAt;
+        void* rounded = xt == at::kFloat ? nullptr : ys.back().data_ptr();
+        sumsAt += n;
+        for (int64_t r0 = 0; r0 < n;) {
+            int64_t size = std::max(minRows, left / (int64_t(threads) * 4));
+            size = (size + 7) / 8 * 8; // whole blocks of eight rows (gemv_isa.h)
+            const int64_t r1 = std::min(n, r0 + size);
+            chunks.push_back({w.data_ptr(), y, rounded, r0, r1});
+            left -= r1 - r0;
+            r0 = r1;
         }
-    }, &work, work.m[0].data, size_t(work.m[0].n * rowBytes));
+    }
+    if (chunks.empty()) // no rows at all
+        return ys;
+    work.chunks = chunks.data();
+    work.count = int64_t(chunks.size());
+    Helpers::instance().run(int(std::min<int64_t>(threads, work.count)), [](void* ctx, int) {
+        auto& s = *static_cast<Work*>(ctx);
+        for (int64_t c = s.next.fetch_add(1, std::memory_order_relaxed); c < s.count;
+             c = s.next.fetch_add(1, std::memory_order_relaxed)) {
+            const Chunk& ch = s.chunks[c];
+            s.f(ch.data, s.x, s.k, ch.r0, ch.r1, ch.y);
+            if (ch.rounded)
+                roundRows(ch.y, ch.rounded, s.type, ch.r0, ch.r1);
+        }
+    }, &work, chunks.front().data, size_t(ws[0].size(0) * rowBytes));
     return ys;
 }
 

@@ -287,7 +287,7 @@ int runCase(const CaseSpec& c)
         std::vector<float> logits = m->forward(ids);
         // At least `steps` steps and 2 s in all (the small shape's 24 steps
         // took 0.3 s: one level of the VM's bandwidth, or a switch, decided it).
-        double stepSeconds = 0, probeSeconds = 0;
+        double stepSeconds = 0, probeSeconds = 0, positionsRead = 0;
         int stepsRun = 0;
         for (; stepsRun < c.steps || (stepSeconds + probeSeconds < 2.0 && stepsRun < 20 * c.steps); ++stepsRun) {
             const int32_t next = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
@@ -295,10 +295,26 @@ int runCase(const CaseSpec& c)
             logits = m->forward({next});
             stepSeconds += since(s0);
             probeSeconds += double(probe.nbytes()) / readBandwidthOf(probe, 1);
+            positionsRead += double(ids.size()) + stepsRun + 1; // attention reads every cached position
         }
         out["decode_tok_s"] = double(stepsRun) / stepSeconds;
         out["bw_during"] = double(stepsRun) * double(probe.nbytes()) / probeSeconds;
         out["decode_steps"] = stepsRun;
+        // Bytes of keys and values a step reads, on average over the steps:
+        // the bound counts them beside the weights (at a context of 128-250
+        // they are 2-7% of the small model's weights). The CPU keeps the
+        // cache in the checkpoint's dtype, fp16 too (runner.h), but where
+        // fp16 weights were widened at load (no kernel: fp32 throughout).
+        const DType stored = tree.dtype().value_or(DType::F32);
+        const bool widened = stored == DType::F16 && arch::gemvKernelFor(at::kHalf) == arch::GemvKernel::None;
+        std::ifstream cf(c.dir + "/config.json");
+        const json cfg = json::parse(cf);
+        const int64_t heads = cfg.at("num_attention_heads").get<int64_t>();
+        const int64_t kvHeads = cfg.value("num_key_value_heads", heads);
+        const int64_t headDim = cfg.value("head_dim", cfg.at("hidden_size").get<int64_t>() / heads);
+        const double perPosition = 2.0 * double(cfg.at("num_hidden_layers").get<int64_t>() * kvHeads * headDim) *
+                                   double(widened ? 4 : dtypeSize(stored));
+        out["kv_bytes_per_step"] = perPosition * positionsRead / double(std::max(1, stepsRun));
     }
     std::printf("RESULT %s\n", out.dump().c_str());
     return 0;
@@ -457,8 +473,10 @@ int main(int argc, char** argv)
     Checkpoint ck32 = Checkpoint::open(small32);
     const ModuleTree t32 = buildModuleTree(ck32, DType::F32);
     const uint64_t w32 = t32.root().bytes;
-    std::printf("\n%-9s %-8s %-12s %9s %13s %12s %11s %9s %12s %12s\n", "shape", "dtype", "gemv", "weights",
-                "prefill tok/s", "decode tok/s", "bound tok/s", "of bound", "predicted", "pred/meas");
+    std::printf("\n%-9s %-8s %-12s %9s %8s %13s %12s %11s %9s %12s %12s\n", "shape", "dtype", "gemv", "weights",
+                "KV/step", "prefill tok/s", "decode tok/s", "bound tok/s", "of bound", "predicted", "pred/meas");
+    std::printf("(bound: the read rate measured between the steps over the weights plus the cached keys and values a\n"
+                " step reads; over the weights alone it is %% of bound / (1 + KV/weights))\n");
     json ramF32, ramBf16;
     struct Pred {
         std::string what;
@@ -481,11 +499,12 @@ int main(int argc, char** argv)
                 const uint64_t bytes = r["weights"].get<uint64_t>();
                 if (kernel == kernels.front() && std::string(sh.name) == "small" && dt != DType::F16)
                     (dt == DType::F32 ? ramF32 : ramBf16) = r;
-                const double bound = r["bw_during"].get<double>() / double(bytes);
+                const double kv = r.value("kv_bytes_per_step", 0.0);
+                const double bound = r["bw_during"].get<double>() / (double(bytes) + kv);
                 const double params = double(bytes) / double(dtypeSize(dt));
                 const double pred = estimateDecode({{Device::cpu(), bytes}}, 2 * params, profileAt(r)).tokensPerSecond;
-                std::printf("%-9s %-8s %-12s %6.0f MB %13.1f %12.2f %11.2f %8.0f%% %12.2f %12.2f\n", sh.name,
-                            dtypeTorchName(dt), c.gemv.c_str(), double(bytes) / 1e6, r["prefill_tok_s"].get<double>(),
+                std::printf("%-9s %-8s %-12s %6.0f MB %5.1f MB %13.1f %12.2f %11.2f %8.0f%% %12.2f %12.2f\n", sh.name,
+                            dtypeTorchName(dt), c.gemv.c_str(), double(bytes) / 1e6, kv / 1e6, r["prefill_tok_s"].get<double>(),
                             r["decode_tok_s"].get<double>(), bound, 100 * r["decode_tok_s"].get<double>() / bound,
                             pred, pred / r["decode_tok_s"].get<double>());
                 if (kernel == kernels.front()) {
@@ -563,7 +582,7 @@ int main(int argc, char** argv)
         const double tok = o.cold ? 1.0 / r["first_prefill_s"].get<double>() : r["decode_tok_s"].get<double>();
         measured[o.name] = tok;
         preds.push_back({std::string("7B-layer float32, ") + o.name, pred / tok});
-        const double bound = r["bw_during"].get<double>() / double(wBig);
+        const double bound = r["bw_during"].get<double>() / (double(wBig) + r.value("kv_bytes_per_step", 0.0));
         std::printf("%-28s %12.2f %12.2f %8.0f%% %12.2f %10.2f %9.0f %9.0f  %.0f/%.0f/%.0f\n", o.name, tok, bound,
                     100 * tok / bound, pred, pred / tok, mb(r["peak_rss"].get<uint64_t>()),
                     mb(r["peak_anon"].get<uint64_t>() - r["base_anon"].get<uint64_t>()), double(on[Device::gpu(0)]) / 1e6,

@@ -582,7 +582,11 @@ int main(int argc, char** argv)
         const double tok = o.cold ? 1.0 / r["first_prefill_s"].get<double>() : r["decode_tok_s"].get<double>();
         measured[o.name] = tok;
         preds.push_back({std::string("7B-layer float32, ") + o.name, pred / tok});
-        const double bound = r["bw_during"].get<double>() / (double(wBig) + r.value("kv_bytes_per_step", 0.0));
+        double bound = r["bw_during"].get<double>() / (double(wBig) + r.value("kv_bytes_per_step", 0.0));
+        // A simulated GPU that copies its RAM-resident layers in (all but
+        // where-it-lives) is bound by the link too: their bytes at its rate.
+        if (o.map == "half-gpu" && o.policy != "compute-where-it-lives" && on[Device::cpu()] > 0)
+            bound = std::min(bound, pcie / double(on[Device::cpu()]));
         std::printf("%-28s %12.2f %12.2f %8.0f%% %12.2f %10.2f %9.0f %9.0f  %.0f/%.0f/%.0f\n", o.name, tok, bound,
                     100 * tok / bound, pred, pred / tok, mb(r["peak_rss"].get<uint64_t>()),
                     mb(r["peak_anon"].get<uint64_t>() - r["base_anon"].get<uint64_t>()), double(on[Device::gpu(0)]) / 1e6,

@@ -115,6 +115,7 @@ private slots:
     void baseModelSaveReadsDiskWeightsInPlace();
     void tiedHeadDoesNotPrefetchASecondCopy();
     void prefetchRunsAheadOnlyWithRoom();
+    void settleWaitsForTheFetchUnderWay();
     void sessionLoadsTheCheckpointItIsGiven();
     void cacheHoldsPositionsPastItsFirstBlock_data();
     void cacheHoldsPositionsPastItsFirstBlock();
@@ -507,6 +508,47 @@ void TestRuntime::prefetchRunsAheadOnlyWithRoom()
     peakWith(onCpu, &cpu);
     QVERIFY(bitIdentical(oneAhead, cpu));
     QVERIFY(bitIdentical(farAhead, cpu));
+}
+
+void TestRuntime::settleWaitsForTheFetchUnderWay()
+{
+    // Model::settle() (benchmarks: a quiet moment between passes) waits for
+    // a prefetch under way and keeps what it fetched. The two layers sit in
+    // RAM behind a simulated link slow enough that one layer's copy takes
+    // 0.8 s; each unit pauses 0.2 s first. When lm_head is entered the
+    // prefetcher starts copying the next pass's first layer; the pass ends
+    // long before that copy does. After settle() the next pass finds that
+    // layer ready (no wait for it in its trace); after idle() it is gone.
+    const std::string d = path("gpt2-settle");
+    fs::create_directories(d);
+    fixtures::writeTinyGpt2(d, DType::F32, 2);
+    Checkpoint ck = Checkpoint::open(d);
+    ModuleTree tree = buildModuleTree(ck, std::nullopt);
+    const uint64_t layer = tree.modules()[size_t(tree.find("transformer.h.0"))].bytes;
+    LoadOptions o;
+    o.deviceMap = {{"transformer.wte", dev("0")}, {"transformer.wpe", dev("0")}, {"transformer.drop", dev("0")},
+                   {"transformer.h", dev("cpu")}, {"transformer.ln_f", dev("0")}, {"lm_head", dev("0")}};
+    o.simulateGpus = true;
+    o.policy = ExecutionPolicy::Prefetch;
+    o.simulatedPcieBytesPerSecond = double(layer) / 0.8;
+    auto m = Model::load(ck, tree, o);
+    m->setUnitDelay(0.2);
+    m->resetCache();
+    m->forward({1, 2, 3});
+    m->settle();
+    const size_t seen = m->telemetry().trace().size();
+    m->setUnitDelay(0);
+    m->forward({4});
+    const auto trace = m->telemetry().trace();
+    for (size_t i = seen; i < trace.size(); ++i)
+        QVERIFY2(trace[i].kind != TraceKind::Wait || trace[i].unit != "transformer.h.0",
+                 "the pass after settle() waited for the layer fetched before it");
+    m->idle();
+    const auto held = m->telemetry().resident();
+    const uint64_t base = tree.modules()[size_t(tree.find("transformer.wte"))].bytes +
+                          tree.modules()[size_t(tree.find("transformer.wpe"))].bytes +
+                          tree.modules()[size_t(tree.find("transformer.ln_f"))].bytes;
+    QCOMPARE(held.count("0") ? held.at("0") : uint64_t(0), base);
 }
 
 // stowage-cli run and the worker open the checkpoint to check their options

@@ -118,6 +118,7 @@ void Model::resetCache(int expectedPositions)
 }
 
 void Model::idle() { m_impl->store->releaseAll(); }
+void Model::settle() { m_impl->store->settle(); }
 
 int Model::vocabSize() const { return int(m_impl->runner->vocabSize()); }
 int Model::cachedTokens() const { return int(m_impl->cached); }

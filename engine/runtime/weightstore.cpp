@@ -525,11 +525,17 @@ void WeightStore::returnToPool(const RtDevice& dev, at::Tensor t)
         free.push_back(std::move(t));
 }
 
-void WeightStore::releaseAll()
+void WeightStore::settle()
 {
     std::unique_lock<std::mutex> lock(m_mutex);
     m_entered = -1; // nothing more ahead until the next enter()
     m_cv.wait(lock, [&] { return m_inflight.empty(); });
+}
+
+void WeightStore::releaseAll()
+{
+    settle();
+    std::unique_lock<std::mutex> lock(m_mutex);
     for (auto& [name, u] : m_units)
         dropFetched(u);
     m_current = nullptr;

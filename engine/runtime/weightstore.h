@@ -55,6 +55,9 @@ public:
     // After a failed forward: waits for a prefetch under way, then drops every
     // fetched copy (prefetched ones included) so a retry starts clean.
     void releaseAll();
+    // Waits for a prefetch under way and starts no other until the next
+    // enter(); what is fetched stays.
+    void settle();
     // A weight by full name, on its unit's device; only between enter/leave
     // for offloaded ones. Tied names resolve to the tensor they share.
     const at::Tensor& get(const std::string& name) const;

@@ -76,6 +76,10 @@ public:
     // pass are released (a GPU with room may hold many), the KV cache stays.
     // Prefetching starts again with the next pass.
     void idle();
+    // Waits for weights being fetched ahead and starts fetching no more until
+    // the next pass; what is fetched stays for it (benchmarks: a quiet
+    // moment between passes that lends the prefetcher no time).
+    void settle();
     int vocabSize() const;
     int cachedTokens() const;
     const std::string& modelType() const;

@@ -224,8 +224,13 @@ CostEstimate estimateDecode(const std::vector<std::pair<Device, uint64_t>>& plac
         // The copies run beside the execution GPU's compute (header comment).
         const double unit = std::min(1.0, double(unitBytes) / streamed.bytes);
         const double serial = streamed.resident + std::max(streamed.copy, streamed.compute);
-        const double pipelined = std::max({streamed.copy, streamed.resident + streamed.compute,
-                                           serial - unit * std::max(0.0, streamed.copy - streamed.compute)});
+        // One unit copied: the copy for the next token waits until it has
+        // run (the same weights), so its compute overlaps no copy (the
+        // simulated half-GPU map in docs/PERFORMANCE.md: one 810 MB layer).
+        const double pipelined =
+            unit >= 1.0 ? std::max(streamed.copy, streamed.resident) + streamed.compute
+                        : std::max({streamed.copy, streamed.resident + streamed.compute,
+                                    serial - unit * std::max(0.0, streamed.copy - streamed.compute)});
         est.secondsPerToken -= serial - pipelined;
     }
     for (auto& d : est.devices)

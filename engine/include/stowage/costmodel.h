@@ -71,8 +71,10 @@ bool ramLayerRunsOnCpu(const HardwareProfile& profile, const GpuProfile& gpu);
 // not only that of the copied layers. `unitBytes`, the largest layer copied
 // per token (a plan's DeviceTotal::reservedLayer), sizes the one copy that
 // cannot overlap: a token then costs max(copies, GPU compute, resident
-// compute + the copied part - one layer's copy beyond its compute). 0:
-// unknown, and copies overlap only the copied layers' compute (lower).
+// compute + the copied part - one layer's copy beyond its compute). Where one
+// layer is all that is copied, its next copy starts only once it has run:
+// max(copy, resident compute) + its compute. 0: unknown, and copies overlap
+// only the copied layers' compute (lower).
 CostEstimate estimateDecode(const std::vector<std::pair<Device, uint64_t>>& placement, uint64_t flopsPerToken,
                             const HardwareProfile& profile, ExecutionPolicy policy = ExecutionPolicy::AccelerateLike,
                             uint64_t unitBytes = 0);

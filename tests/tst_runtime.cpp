@@ -91,6 +91,36 @@ bool pythonHasTorch()
     return p.waitForFinished(60000) && p.exitCode() == 0;
 }
 
+// A tiny fp32 GPT-2 of `layers` blocks written to `dir`, its blocks in RAM
+// and the rest on simulated GPU 0, run with prefetch (the prefetcher tests).
+struct BlocksInRam {
+    Checkpoint ck;
+    ModuleTree tree;
+    LoadOptions options;
+    uint64_t resident = 0; // what GPU 0 holds for good
+    uint64_t layer = 0;    // one block
+
+    BlocksInRam(const std::string& dir, int layers) : ck(written(dir, layers)), tree(buildModuleTree(ck, std::nullopt))
+    {
+        auto bytesOf = [&](const char* name) { return tree.modules()[size_t(tree.find(name))].bytes; };
+        resident = bytesOf("transformer.wte") + bytesOf("transformer.wpe") + bytesOf("transformer.ln_f");
+        layer = bytesOf("transformer.h.0");
+        options.deviceMap = {{"transformer.wte", dev("0")}, {"transformer.wpe", dev("0")},
+                             {"transformer.drop", dev("0")}, {"transformer.h", dev("cpu")},
+                             {"transformer.ln_f", dev("0")}, {"lm_head", dev("0")}};
+        options.simulateGpus = true;
+        options.policy = ExecutionPolicy::Prefetch;
+    }
+
+private:
+    static Checkpoint written(const std::string& dir, int layers)
+    {
+        fs::create_directories(dir);
+        fixtures::writeTinyGpt2(dir, DType::F32, layers);
+        return Checkpoint::open(dir);
+    }
+};
+
 } // namespace
 
 class TestRuntime : public QObject {
@@ -468,19 +498,11 @@ void TestRuntime::prefetchRunsAheadOnlyWithRoom()
     // whose room is known (weightstore.cpp roomAhead). Each unit pauses 50 ms
     // before it computes, so a prefetcher allowed to run ahead has fetched
     // all six layers while the embedding waits: the peak tells how far it went.
-    const std::string d = path("gpt2-six");
-    fs::create_directories(d);
-    fixtures::writeTinyGpt2(d, DType::F32, 6);
-    Checkpoint ck = Checkpoint::open(d);
-    ModuleTree tree = buildModuleTree(ck, std::nullopt);
-    auto bytesOf = [&](const char* name) { return tree.modules()[size_t(tree.find(name))].bytes; };
-    const uint64_t resident = bytesOf("transformer.wte") + bytesOf("transformer.wpe") + bytesOf("transformer.ln_f");
-    const uint64_t layer = bytesOf("transformer.h.0");
-    LoadOptions o;
-    o.deviceMap = {{"transformer.wte", dev("0")}, {"transformer.wpe", dev("0")}, {"transformer.drop", dev("0")},
-                   {"transformer.h", dev("cpu")}, {"transformer.ln_f", dev("0")}, {"lm_head", dev("0")}};
-    o.simulateGpus = true;
-    o.policy = ExecutionPolicy::Prefetch;
+    const BlocksInRam g(path("gpt2-six"), 6);
+    const Checkpoint& ck = g.ck;
+    const ModuleTree& tree = g.tree;
+    const uint64_t resident = g.resident, layer = g.layer;
+    LoadOptions o = g.options;
     uint64_t afterwards = 0; // on GPU 0 once the generation is over: nothing stays fetched ahead
     auto peakWith = [&](const LoadOptions& lo, std::vector<float>* logits) {
         auto m = Model::load(ck, tree, lo);
@@ -519,19 +541,10 @@ void TestRuntime::settleWaitsForTheFetchUnderWay()
     // prefetcher starts copying the next pass's first layer; the pass ends
     // long before that copy does. After settle() the next pass finds that
     // layer ready (no wait for it in its trace); after idle() it is gone.
-    const std::string d = path("gpt2-settle");
-    fs::create_directories(d);
-    fixtures::writeTinyGpt2(d, DType::F32, 2);
-    Checkpoint ck = Checkpoint::open(d);
-    ModuleTree tree = buildModuleTree(ck, std::nullopt);
-    const uint64_t layer = tree.modules()[size_t(tree.find("transformer.h.0"))].bytes;
-    LoadOptions o;
-    o.deviceMap = {{"transformer.wte", dev("0")}, {"transformer.wpe", dev("0")}, {"transformer.drop", dev("0")},
-                   {"transformer.h", dev("cpu")}, {"transformer.ln_f", dev("0")}, {"lm_head", dev("0")}};
-    o.simulateGpus = true;
-    o.policy = ExecutionPolicy::Prefetch;
-    o.simulatedPcieBytesPerSecond = double(layer) / 0.8;
-    auto m = Model::load(ck, tree, o);
+    const BlocksInRam g(path("gpt2-settle"), 2);
+    LoadOptions o = g.options;
+    o.simulatedPcieBytesPerSecond = double(g.layer) / 0.8;
+    auto m = Model::load(g.ck, g.tree, o);
     m->setUnitDelay(0.2);
     m->resetCache();
     m->forward({1, 2, 3});
@@ -545,10 +558,7 @@ void TestRuntime::settleWaitsForTheFetchUnderWay()
                  "the pass after settle() waited for the layer fetched before it");
     m->idle();
     const auto held = m->telemetry().resident();
-    const uint64_t base = tree.modules()[size_t(tree.find("transformer.wte"))].bytes +
-                          tree.modules()[size_t(tree.find("transformer.wpe"))].bytes +
-                          tree.modules()[size_t(tree.find("transformer.ln_f"))].bytes;
-    QCOMPARE(held.count("0") ? held.at("0") : uint64_t(0), base);
+    QCOMPARE(held.count("0") ? held.at("0") : uint64_t(0), g.resident);
 }
 
 // stowage-cli run and the worker open the checkpoint to check their options

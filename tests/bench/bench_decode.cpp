@@ -27,6 +27,7 @@
 #include "fixtures.h"
 #include "stowage/checkpoint.h"
 #include "stowage/costmodel.h"
+#include "stowage/families.h"
 #include "stowage/hardware.h"
 #include "stowage/planner.h"
 #include "stowage/runtime.h"
@@ -326,12 +327,9 @@ int runCase(const CaseSpec& c)
         // fp16 weights were widened at load (no kernel: fp32 throughout).
         const DType stored = tree.dtype().value_or(DType::F32);
         const bool widened = stored == DType::F16 && arch::gemvKernelFor(at::kHalf) == arch::GemvKernel::None;
-        std::ifstream cf(c.dir + "/config.json");
-        const json cfg = json::parse(cf);
-        const int64_t heads = cfg.at("num_attention_heads").get<int64_t>();
-        const int64_t kvHeads = cfg.value("num_key_value_heads", heads);
-        const int64_t headDim = cfg.value("head_dim", cfg.at("hidden_size").get<int64_t>() / heads);
-        const double perPosition = 2.0 * double(cfg.at("num_hidden_layers").get<int64_t>() * kvHeads * headDim) *
+        const ModelConfig& cfg = ck.config().value();
+        const AttentionShape shape = attentionShape(cfg).value(); // the family registry's reading of config.json
+        const double perPosition = 2.0 * double(cfg.integer("num_hidden_layers") * shape.kvHeads * shape.headDim) *
                                    double(widened ? 4 : dtypeSize(stored));
         out["kv_bytes_per_step"] = perPosition * positionsRead / double(std::max(1, stepsRun));
     }

@@ -81,7 +81,8 @@ std::map<std::string, uint64_t> status()
     return out;
 }
 
-// /proc/self/smaps_rollup: Pss, Private_Clean, Private_Dirty, Shared_Clean in bytes.
+// /proc/self/smaps_rollup: Pss, Private_Clean, Private_Dirty, Shared_Clean,
+// FilePmdMapped (file pages mapped whole on 2 MiB pages) in bytes.
 std::map<std::string, uint64_t> rollup()
 {
     std::map<std::string, uint64_t> out;
@@ -92,7 +93,8 @@ std::map<std::string, uint64_t> rollup()
         if (colon == std::string::npos)
             continue;
         const std::string key = line.substr(0, colon);
-        if (key == "Rss" || key == "Pss" || key == "Private_Clean" || key == "Private_Dirty" || key == "Shared_Clean")
+        if (key == "Rss" || key == "Pss" || key == "Private_Clean" || key == "Private_Dirty" || key == "Shared_Clean" ||
+            key == "FilePmdMapped")
             out[key] = std::strtoull(line.c_str() + colon + 1, nullptr, 10) * 1024;
     }
     return out;
@@ -265,6 +267,10 @@ int runCase(const CaseSpec& c)
         out["weights"] = tree.root().bytes;
         const auto roll = rollup();
         out["pss_end"] = roll.count("Pss") ? roll.at("Pss") : 0;
+        // How much of the checkpoint the mapping holds on 2 MiB pages: where
+        // the kernel found no free 2 MiB blocks it stays on 4 KiB ones, which
+        // decode reads slower (docs/PERFORMANCE.md).
+        out["file_pmd"] = roll.count("FilePmdMapped") ? roll.at("FilePmdMapped") : 0;
         // The memory figures end here: the read probe below is not the model's.
         done = true;
         sampler.join();
@@ -490,8 +496,8 @@ int main(int argc, char** argv)
     Checkpoint ck32 = Checkpoint::open(small32);
     const ModuleTree t32 = buildModuleTree(ck32, DType::F32);
     const uint64_t w32 = t32.root().bytes;
-    std::printf("\n%-9s %-8s %-12s %9s %8s %13s %12s %11s %9s %12s %12s\n", "shape", "dtype", "gemv", "weights",
-                "KV/step", "prefill tok/s", "decode tok/s", "bound tok/s", "of bound", "predicted", "pred/meas");
+    std::printf("\n%-9s %-8s %-12s %9s %6s %8s %13s %12s %11s %9s %12s %12s\n", "shape", "dtype", "gemv", "weights",
+                "on 2M", "KV/step", "prefill tok/s", "decode tok/s", "bound tok/s", "of bound", "predicted", "pred/meas");
     std::printf("(bound: the read rate measured between the steps over the weights plus the cached keys and values a\n"
                 " step reads; over the weights alone it is %% of bound / (1 + KV/weights))\n");
     json ramF32, ramBf16;
@@ -520,8 +526,9 @@ int main(int argc, char** argv)
                 const double bound = r["bw_during"].get<double>() / (double(bytes) + kv);
                 const double params = double(bytes) / double(dtypeSize(dt));
                 const double pred = estimateDecode({{Device::cpu(), bytes}}, 2 * params, profileAt(r)).tokensPerSecond;
-                std::printf("%-9s %-8s %-12s %6.0f MB %5.1f MB %13.1f %12.2f %11.2f %8.0f%% %12.2f %12.2f\n", sh.name,
-                            dtypeTorchName(dt), c.gemv.c_str(), double(bytes) / 1e6, kv / 1e6, r["prefill_tok_s"].get<double>(),
+                std::printf("%-9s %-8s %-12s %6.0f MB %5.0f%% %5.1f MB %13.1f %12.2f %11.2f %8.0f%% %12.2f %12.2f\n",
+                            sh.name, dtypeTorchName(dt), c.gemv.c_str(), double(bytes) / 1e6,
+                            100 * r.value("file_pmd", 0.0) / double(bytes), kv / 1e6, r["prefill_tok_s"].get<double>(),
                             r["decode_tok_s"].get<double>(), bound, 100 * r["decode_tok_s"].get<double>() / bound,
                             pred, pred / r["decode_tok_s"].get<double>());
                 if (kernel == kernels.front()) {

@@ -59,6 +59,7 @@ void dp4(const uint16_t* w0, const uint16_t* x, int64_t k, float* y)
         a1 = dp(a1, pairs(w1 + j), x0);
         a2 = dp(a2, pairs(w2 + j), x0);
         a3 = dp(a3, pairs(w3 + j), x0);
+        inOrder(); // gemv_isa.h
         b0 = dp(b0, pairs(w0 + j + 32), x1);
         b1 = dp(b1, pairs(w1 + j + 32), x1);
         b2 = dp(b2, pairs(w2 + j + 32), x1);
@@ -84,8 +85,11 @@ void dp1(const uint16_t* w0, const uint16_t* x, int64_t k, float* y)
     int64_t j = 0;
     for (; j + 128 <= k; j += 128) {
         a0 = dp(a0, pairs(w0 + j), pairs(x + j));
+        inOrder(); // each row's loads in address order (gemv_isa.h)
         a1 = dp(a1, pairs(w0 + j + 32), pairs(x + j + 32));
+        inOrder();
         a2 = dp(a2, pairs(w0 + j + 64), pairs(x + j + 64));
+        inOrder();
         a3 = dp(a3, pairs(w0 + j + 96), pairs(x + j + 96));
     }
     for (; j < k; j += 32) {

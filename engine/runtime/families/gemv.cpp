@@ -29,6 +29,7 @@ namespace {
 // What this CPU runs, asked once: gemvWith() checks it on every call.
 struct CpuFeatures {
     bool avx2 = false, avx512 = false, avx512bf16 = false;
+    bool amd = false; // AMD's Zen 4 runs 512-bit conversions at half rate (gemvKernels)
 };
 const CpuFeatures& cpu()
 {
@@ -40,6 +41,7 @@ const CpuFeatures& cpu()
         c.avx512 = c.avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                    __builtin_cpu_supports("avx512vl");
         c.avx512bf16 = c.avx512 && __builtin_cpu_supports("avx512bf16");
+        c.amd = __builtin_cpu_is("amd");
 #endif
         return c;
     }();
@@ -304,19 +306,22 @@ const char* gemvKernelName(GemvKernel k)
 std::vector<GemvKernel> gemvKernels(at::ScalarType dtype)
 {
     // Best first, as measured (docs/PERFORMANCE.md): the widest this CPU
-    // runs, but for fp16, where AVX2 comes first. Its weights are widened by
-    // vcvtph2ps, which on Zen 4 streamed fp16 rows of 1024 at 0.89-0.91 of a
-    // plain read in its 512-bit form against 0.96-0.99 in its 256-bit one
-    // (six runs, the small benchmark model's matrices), and rows of 4096 at
-    // 0.93-0.95 against 0.95.
+    // runs, but for fp16 on AMD, where AVX2 comes first. fp16 weights are
+    // widened by vcvtph2ps, which on Zen 4 streamed fp16 rows of 1024 at
+    // 0.89-0.91 of a plain read in its 512-bit form against 0.96-0.99 in its
+    // 256-bit one (six runs, the small benchmark model's matrices), and rows
+    // of 4096 at 0.93-0.95 against 0.95. On Intel's Xeon with AMX the 512-bit
+    // form was the faster: the small fp16 model decoded at 105-108 tok/s
+    // against 97-103 (three alternating pairs), 7B-layer fp16 the same.
+    const bool avx2First = dtype == at::kHalf && cpu().amd;
     std::vector<GemvKernel> out;
     if (dtype == at::kBFloat16 && cpuHas(GemvKernel::Avx512Bf16))
         out.push_back(GemvKernel::Avx512Bf16);
-    if (dtype == at::kHalf && cpuHas(GemvKernel::Avx2))
+    if (avx2First && cpuHas(GemvKernel::Avx2))
         out.push_back(GemvKernel::Avx2);
     if (supportedDType(dtype) && cpuHas(GemvKernel::Avx512))
         out.push_back(GemvKernel::Avx512);
-    if (supportedDType(dtype) && dtype != at::kHalf && cpuHas(GemvKernel::Avx2))
+    if (supportedDType(dtype) && !avx2First && cpuHas(GemvKernel::Avx2))
         out.push_back(GemvKernel::Avx2);
     out.push_back(GemvKernel::None);
     return out;

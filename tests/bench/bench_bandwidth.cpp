@@ -48,16 +48,13 @@ uint64_t readSpan(const char*, size_t) { return 0; }
 bool haveAvx2() { return false; }
 #endif
 
-} // namespace
-
 // One pass of the plain loop over [p, p + bytes), split between the cores;
 // 0 where there is no AVX2.
-double plainReadRate(const void* data, size_t bytes)
+double plainReadRate(const char* p, size_t bytes)
 {
     if (!haveAvx2())
         return 0;
     const int threads = int(std::max(1u, std::thread::hardware_concurrency()));
-    const char* p = static_cast<const char*>(data);
     const size_t share = (bytes / size_t(threads)) & ~size_t(127);
     std::vector<uint64_t> sums(static_cast<size_t>(threads), 0);
     const auto a = std::chrono::steady_clock::now();
@@ -76,19 +73,25 @@ double plainReadRate(const void* data, size_t bytes)
     return double(bytes) / sec;
 }
 
+} // namespace
+
+double readRate(const void* data, size_t bytes)
+{
+    if (const double rate = plainReadRate(static_cast<const char*>(data), bytes); rate > 0)
+        return rate;
+    // no AVX2: LibTorch's sum over the same bytes, as floats
+    const at::Tensor t = at::from_blob(const_cast<void*>(data), {int64_t(bytes / 4)}, at::kFloat);
+    const auto a = std::chrono::steady_clock::now();
+    volatile float s = t.sum().item<float>();
+    (void)s;
+    return double(bytes) / std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
+}
+
 double readBandwidthOf(const at::Tensor& big, int passes)
 {
     double best = 0;
-    for (int i = 0; i < passes; ++i) {
-        double rate = plainReadRate(big.data_ptr(), big.nbytes());
-        if (rate == 0) { // no AVX2
-            auto a = std::chrono::steady_clock::now();
-            volatile float s = big.sum().item<float>();
-            (void)s;
-            rate = double(big.nbytes()) / std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
-        }
-        best = std::max(best, rate);
-    }
+    for (int i = 0; i < passes; ++i)
+        best = std::max(best, readRate(big.data_ptr(), big.nbytes()));
     return best;
 }
 

@@ -29,6 +29,7 @@
 #include "stowage/costmodel.h"
 #include "stowage/families.h"
 #include "stowage/hardware.h"
+#include "stowage/mappedfile.h"
 #include "stowage/planner.h"
 #include "stowage/runtime.h"
 
@@ -45,7 +46,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -59,7 +59,7 @@ using json = nlohmann::json;
 
 double readBandwidthBytesPerSecond();                    // bench_bandwidth.cpp
 double readBandwidthOf(const at::Tensor& big, int passes); // the same over `big`
-double plainReadRate(const void* p, size_t bytes);          // one pass, every core; 0 without AVX2
+double readRate(const void* p, size_t bytes);               // one pass of a plain read, every core
 
 namespace {
 
@@ -288,40 +288,20 @@ int runCase(const CaseSpec& c)
         // short passes) caught the high level while decode ran through both,
         // so every ratio was low by up to 1.7x. Interleaved, the steps and the
         // passes share the same seconds.
-        // The pass reads the checkpoint's own bytes, through a mapping of its
-        // own (2 MiB pages where the weights have them): a buffer of fresh
+        // The pass reads the checkpoint's own bytes, through its mapping
+        // (2 MiB pages where the weights have them): a buffer of fresh
         // memory measured its own pages, and on the Intel Xeon of 2026-12-04
         // those read 26 GB/s in the 7B-layer cases and 34 in the small ones,
         // in the same run, where a plain read of any buffer read 29
         // (docs/PERFORMANCE.md). Read whole: the bound is that of these bytes.
-        std::vector<std::pair<const void*, size_t>> probe;
         uint64_t probeBytes = 0;
-        for (const auto& e : std::filesystem::directory_iterator(c.dir)) {
-            if (e.path().extension() != ".safetensors")
-                continue;
-            const int fd = ::open(e.path().c_str(), O_RDONLY);
-            const size_t n = fd >= 0 ? size_t(std::filesystem::file_size(e.path())) : 0;
-            void* p = n ? ::mmap(nullptr, n, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
-            if (fd >= 0)
-                ::close(fd);
-            if (p == MAP_FAILED)
-                continue;
-            ::madvise(p, n, MADV_HUGEPAGE);
-            probe.emplace_back(p, n);
-            probeBytes += n;
-        }
+        for (const Shard& sh : ck.shards())
+            probeBytes += sh.map ? sh.map->size() : 0;
         const auto readProbe = [&] { // seconds
             double s = 0;
-            for (const auto& [p, n] : probe) {
-                double rate = plainReadRate(p, n);
-                if (rate == 0) { // no AVX2: LibTorch's sum over the same bytes
-                    const auto t0 = clk::now();
-                    volatile float sum = at::from_blob(const_cast<void*>(p), {int64_t(n / 4)}, at::kFloat).sum().item<float>();
-                    (void)sum;
-                    rate = double(n) / since(t0);
-                }
-                s += double(n) / rate;
-            }
+            for (const Shard& sh : ck.shards())
+                if (sh.map)
+                    s += double(sh.map->size()) / readRate(sh.map->data(), sh.map->size());
             return s;
         };
         readProbe(); // maps the pages in
@@ -360,8 +340,6 @@ int runCase(const CaseSpec& c)
             pass();
         out["decode_tok_s"] = double(stepsRun) / stepSeconds;
         out["bw_during"] = double(passes) * double(probeBytes) / probeSeconds;
-        for (const auto& [p, n] : probe)
-            ::munmap(const_cast<void*>(p), n);
         out["decode_steps"] = stepsRun;
         // Bytes of keys and values a step reads, on average over the steps:
         // the bound counts them beside the weights (at a context of 128-250

@@ -97,6 +97,7 @@ private slots:
     void shardTruncatedBetweenRequests();
     void shardTruncatedDuringStepEndsWorkerWithMessage();
     void shardTruncatedDuringCliRunEndsWithOneLine();
+    void sigbusInManyThreadsWritesOneLine();
     void describeEndSaysWhatHappened();
     void nextCommandRightAfterTheLastEventIsServed();
     void budgetOverrunMidDispatch();
@@ -264,6 +265,32 @@ void TestFaults::shardTruncatedDuringCliRunEndsWithOneLine()
                                                              " to 0 bytes while in use") &&
                  err.trimmed().endsWith("reopen the checkpoint"),
              qPrintable(err));
+}
+
+void TestFaults::sigbusInManyThreadsWritesOneLine()
+{
+    // The decode kernels read a layer on two threads and the prefetcher on a
+    // third, so a shard cut mid-step can fault on several at once (CI once
+    // printed the line twice). Four threads released together onto lost
+    // pages, 40 times: always exactly one line, status 74.
+    const int threads = 4;
+    const QString file = m_tmp.path() + "/sigbus-probe.bin";
+    for (int round = 0; round < 40; ++round) {
+        {
+            QFile f(file);
+            QVERIFY(f.open(QIODevice::WriteOnly | QIODevice::Truncate));
+            QVERIFY(f.write(QByteArray(threads * 65536, 'x')) == threads * 65536);
+        }
+        QProcess p;
+        p.start(QStringLiteral(STOWAGE_SIGBUS_PROBE), {file, QString::number(threads)});
+        QVERIFY2(p.waitForFinished(60000), "the probe hung");
+        const QString err = QString::fromUtf8(p.readAllStandardError());
+        QCOMPARE(p.exitStatus(), QProcess::NormalExit);
+        QVERIFY2(p.exitCode() == 74, qPrintable(QString("round %1, status %2: %3").arg(round).arg(p.exitCode()).arg(err)));
+        QVERIFY2(err.count(QLatin1Char('\n')) == 1 && err.startsWith("probe: " + file + ": shrank from " +
+                                                                       QString::number(threads * 65536) + " to 0 bytes"),
+                 qPrintable(QString("round %1: %2").arg(round).arg(err)));
+    }
 }
 
 void TestFaults::shardTruncatedDuringStepEndsWorkerWithMessage()

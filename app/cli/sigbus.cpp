@@ -2,6 +2,7 @@
 
 #include "stowage/mappedfile.h"
 
+#include <atomic>
 #include <csignal>
 #include <cstdint>
 #include <unistd.h>
@@ -12,6 +13,12 @@ namespace {
 const char* g_prefix = "";
 const char* g_suffix = "\n";
 int g_status = 2;
+// Several threads (the caller and the GEMV helper, the prefetcher) can read
+// the shrunk tail at once and each take the signal: the first writes the
+// line and ends the process, the others wait for that end, so the line is
+// written once.
+std::atomic<bool> g_reporting{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "used from a signal handler");
 
 // Async-signal-safe text: a fixed buffer filled with write-free appends.
 struct SignalLine {
@@ -40,6 +47,10 @@ void onSigbus(int sig, siginfo_t* info, void*)
     char path[512];
     MappedFault fault;
     if (info && info->si_code > 0 && findMappedFile(info->si_addr, path, sizeof path, &fault)) {
+        if (g_reporting.exchange(true)) {
+            for (;;)
+                ::pause(); // another thread is writing the line; _exit ends us all
+        }
         SignalLine line;
         line.add(g_prefix);
         line.add(path);

@@ -7,11 +7,14 @@
 #include "runcharts.h"
 #include "samplesmodel.h"
 #include "timelinedelegate.h"
+#include "timelinepanel.h"
 #include "tracemodel.h"
 
 #include <QAbstractItemModelTester>
 #include <QBarCategoryAxis>
 #include <QChart>
+#include <QCheckBox>
+#include <QSlider>
 #include <QtTest>
 
 using namespace stowage;
@@ -52,6 +55,7 @@ private slots:
     void samplesPointsOnePerBucket();
     void timelineCriticalPath();
     void traceModelRowsAndSteps();
+    void panelScrubsAndFollows();
     void geometryMapsTimeAndHitTests();
     void chartsRedrawOnlyWhenVisible();
 };
@@ -174,6 +178,36 @@ void TestTimeline::traceModelRowsAndSteps()
     m.clear();
     QVERIFY(m.steps().isEmpty());
     QCOMPARE(m.rowCount(), 3);
+}
+
+void TestTimeline::panelScrubsAndFollows()
+{
+    TraceModel m;
+    m.setUnits(kUnits);
+    TimelinePanel p(&m);
+    QCOMPARE(p.stepText(), QString("no steps yet"));
+    for (int step = 0; step < 3; ++step)
+        m.addSpans({span(TraceSpan::Compute, "a", step, step + 0.5, 0, step)});
+    QCOMPARE(p.stepSlider()->maximum(), 2);
+    QCOMPARE(p.stepSlider()->value(), 2); // following: the newest token
+    QCOMPARE(p.stepText(), QString("step 2 of 2"));
+    // Scrubbing back stops following and shows that token's spans.
+    p.stepSlider()->setValue(0);
+    QVERIFY(!p.followBox()->isChecked());
+    QCOMPARE(m.shownStep(), 0);
+    QCOMPARE(p.stepText(), QString("step 0 of 2"));
+    QCOMPARE(m.index(0, TraceModel::TimelineColumn).data(TraceModel::RangeRole).toPointF(), QPointF(0, 0.5));
+    // A new token arrives: the range grows, the scrubbed-to token stays.
+    m.addSpans({span(TraceSpan::Compute, "a", 3, 3.5, 0, 3)});
+    QCOMPARE(p.stepSlider()->maximum(), 3);
+    QCOMPARE(p.stepSlider()->value(), 0);
+    QCOMPARE(m.shownStep(), 0);
+    QCOMPARE(p.stepText(), QString("step 0 of 3"));
+    // Follow again: back to the newest, and the slider with it.
+    p.followBox()->setChecked(true);
+    QCOMPARE(m.shownStep(), 3);
+    QCOMPARE(p.stepSlider()->value(), 3);
+    QCOMPARE(p.stepText(), QString("step 3 of 3"));
 }
 
 void TestTimeline::geometryMapsTimeAndHitTests()

@@ -12,7 +12,7 @@
 #include "snippets.h"
 #include "stowage/fileio.h"
 #include "stowage/hardware.h"
-#include "timelinedelegate.h"
+#include "timelinepanel.h"
 #include "tracemodel.h"
 #include "workerclient.h"
 
@@ -26,7 +26,6 @@
 #include <QFormLayout>
 #include <QGroupBox>
 #include <QHBoxLayout>
-#include <QHeaderView>
 #include <QJsonDocument>
 #include <QLabel>
 #include <QLineEdit>
@@ -36,7 +35,6 @@
 #include <QRadioButton>
 #include <QRegularExpression>
 #include <QScrollBar>
-#include <QSlider>
 #include <QSpinBox>
 #include <QSplitter>
 #include <QStandardPaths>
@@ -52,11 +50,6 @@ QString deviceText(const QString& device)
 {
     const auto d = Device::parse(device.toStdString());
     return d ? deviceLabel(*d) : device;
-}
-
-QString swatch(const QColor& c, const QString& text, Qt::BrushStyle = Qt::SolidPattern)
-{
-    return QStringLiteral("<span style='background:%1'>&nbsp;&nbsp;&nbsp;</span>&nbsp;%2&nbsp;&nbsp;").arg(c.name(), text);
 }
 
 const char* kCaptionStyle = "QLabel { padding: 6px; border-radius: 3px; background: %1; color: #101010; }";
@@ -114,7 +107,8 @@ RunPage::RunPage(PlanningPage* planning, const QString& program, QWidget* parent
     m_charts = new RunCharts(m_samples, m_tabs);
     m_charts->setObjectName("runCharts");
     m_tabs->addTab(m_charts, tr("Graphs"));
-    m_tabs->addTab(buildTimeline(), tr("Execution timeline"));
+    m_timeline = new TimelinePanel(m_trace, this);
+    m_tabs->addTab(m_timeline, tr("Execution timeline"));
     right->addWidget(m_tabs);
     right->setStretchFactor(0, 0);
     right->setStretchFactor(1, 1);
@@ -162,15 +156,6 @@ RunPage::RunPage(PlanningPage* planning, const QString& program, QWidget* parent
                                  .arg(text, m_controller->client()->stderrLog().trimmed().right(200)),
                     !byUser);
         emit dispatched(false);
-    });
-    connect(m_trace, &TraceModel::stepsChanged, this, [this] {
-        const QVector<int> steps = m_trace->steps();
-        m_stepSlider->setRange(0, std::max(0, int(steps.size()) - 1));
-        if (m_follow->isChecked())
-            m_stepSlider->setValue(m_stepSlider->maximum());
-        m_stepLabel->setText(steps.isEmpty() ? tr("no steps yet")
-                                             : tr("step %1 of %2").arg(m_trace->shownStep()).arg(steps.last()));
-        m_timeline->horizontalHeader()->viewport()->update();
     });
     updateButtons();
 }
@@ -353,79 +338,6 @@ QWidget* RunPage::buildOutput()
     m_output->setMaximumBlockCount(5000);
     l->addWidget(m_output);
     return box;
-}
-
-QWidget* RunPage::buildTimeline()
-{
-    auto* w = new QWidget;
-    auto* l = new QVBoxLayout(w);
-    l->setContentsMargins(4, 4, 4, 4);
-    auto* top = new QHBoxLayout;
-    m_stepSlider = new QSlider(Qt::Horizontal, w);
-    m_stepSlider->setObjectName("stepSlider");
-    m_stepSlider->setRange(0, 0);
-    m_stepLabel = new QLabel(tr("no steps yet"), w);
-    m_stepLabel->setMinimumWidth(110);
-    m_follow = new QCheckBox(tr("Follow the last token"), w);
-    m_follow->setChecked(true);
-    top->addWidget(new QLabel(tr("Token"), w));
-    top->addWidget(m_stepSlider, 1);
-    top->addWidget(m_stepLabel);
-    top->addWidget(m_follow);
-    l->addLayout(top);
-    m_timeline = new QTableView(w);
-    m_timeline->setObjectName("timelineView");
-    m_timeline->setModel(m_trace);
-    m_timeline->setItemDelegateForColumn(TraceModel::TimelineColumn, new TimelineDelegate(m_timeline));
-    m_timeline->verticalHeader()->hide();
-    m_timeline->verticalHeader()->setDefaultSectionSize(m_timeline->fontMetrics().height() + 8);
-    m_timeline->setShowGrid(false);
-    m_timeline->setAlternatingRowColors(true);
-    m_timeline->setSelectionBehavior(QAbstractItemView::SelectRows);
-    m_timeline->setMouseTracking(true);
-    m_timeline->setVerticalScrollBarPolicy(Qt::ScrollBarAlwaysOn); // the scale must not jump
-    m_timeline->horizontalHeader()->setStretchLastSection(true);
-    m_timeline->horizontalHeader()->setDefaultAlignment(Qt::AlignLeft | Qt::AlignVCenter);
-    m_timeline->setColumnWidth(TraceModel::UnitColumn, 170);
-    m_timeline->setColumnWidth(TraceModel::DeviceColumn, 90);
-    m_timeline->setColumnWidth(TraceModel::WaitColumn, 70);
-    m_timeline->setColumnWidth(TraceModel::ComputeColumn, 70);
-    l->addWidget(m_timeline, 1);
-    TraceSpan gpu;
-    gpu.device = QStringLiteral("0");
-    auto legend = new QLabel(w);
-    legend->setObjectName("timelineLegend");
-    legend->setTextFormat(Qt::RichText);
-    legend->setWordWrap(true);
-    TraceSpan fetch = gpu, pre = gpu, map = gpu, wait = gpu;
-    fetch.kind = TraceSpan::Fetch;
-    pre.kind = TraceSpan::Prefetch;
-    map.kind = TraceSpan::Map;
-    wait.kind = TraceSpan::Wait;
-    legend->setText(tr("Upper lane: ") + swatch(spanColor(fetch), tr("fetch")) + swatch(spanColor(pre), tr("prefetch")) +
-                    swatch(spanColor(map), tr("read from disk")) + swatch(spanColor(wait), tr("wait")) +
-                    tr("&nbsp; Lower lane: ") + swatch(spanColor(gpu), tr("compute (device colour)")) +
-                    tr("&nbsp; <span style='color:#b00020'>▭</span> critical path: what the token waited on. "
-                       "Hover a bar for bytes and times."));
-    l->addWidget(legend);
-    connect(m_stepSlider, &QSlider::valueChanged, this, [this](int v) {
-        const QVector<int> steps = m_trace->steps();
-        if (steps.isEmpty())
-            return;
-        const bool last = v >= steps.size() - 1;
-        if (!last)
-            m_follow->setChecked(false);
-        m_trace->showStep(m_follow->isChecked() ? -1 : steps.value(v));
-        m_stepLabel->setText(tr("step %1 of %2").arg(m_trace->shownStep()).arg(steps.last()));
-        m_timeline->horizontalHeader()->viewport()->update();
-    });
-    connect(m_follow, &QCheckBox::toggled, this, [this](bool on) {
-        if (on) {
-            m_trace->showStep(-1);
-            m_stepSlider->setValue(m_stepSlider->maximum());
-        }
-    });
-    return w;
 }
 
 void RunPage::updateButtons()
@@ -767,6 +679,7 @@ bool RunPage::setPolicy(const QString& name)
         m_policy->setCurrentIndex(i);
     return i >= 0;
 }
+QTableView* RunPage::timelineView() const { return m_timeline->view(); }
 QString RunPage::outputText() const { return m_output->toPlainText(); }
 QString RunPage::messageText() const { return m_messageBar->isVisible() ? m_message->text() : QString(); }
 QString RunPage::statusText() const { return m_status->text(); }

@@ -21,7 +21,6 @@ class QPlainTextEdit;
 class QProgressBar;
 class QPushButton;
 class QRadioButton;
-class QSlider;
 class QSpinBox;
 class QTableView;
 class QTabWidget;
@@ -33,6 +32,7 @@ class PlanningPage;
 class RunCharts;
 class RunController;
 class SamplesModel;
+class TimelinePanel;
 class TraceModel;
 struct LoadRequest;
 struct GenerateRequest;
@@ -48,7 +48,8 @@ public:
     SamplesModel* samplesModel() const { return m_samples; }
     TraceModel* traceModel() const { return m_trace; }
     RunCharts* charts() const { return m_charts; }
-    QTableView* timelineView() const { return m_timeline; }
+    QTableView* timelineView() const;
+    TimelinePanel* timelinePanel() const { return m_timeline; }
     PlacementMap* teachingMap() const { return m_map; }
     QTabWidget* tabs() const { return m_tabs; }
 
@@ -92,7 +93,6 @@ signals:
 private:
     QWidget* buildControls();
     QWidget* buildOutput();
-    QWidget* buildTimeline();
     void showMessage(const QString& text, bool error = true);
     void onLoaded(const LoadedInfo& info);
     void onToken(const TokenMark& token);
@@ -108,10 +108,7 @@ private:
     RunCharts* m_charts = nullptr;
     PlacementMap* m_map = nullptr;
     QTabWidget* m_tabs = nullptr;
-    QTableView* m_timeline = nullptr;
-    QSlider* m_stepSlider = nullptr;
-    QLabel* m_stepLabel = nullptr;
-    QCheckBox* m_follow = nullptr;
+    TimelinePanel* m_timeline = nullptr;
 
     QComboBox* m_policy = nullptr;
     QLineEdit* m_offload = nullptr;

@@ -317,6 +317,17 @@ int runCase(const CaseSpec& c)
         // waits for that fetch, counted as decoding time (the next step would
         // have waited for it where the copies are the bottleneck), and what
         // it fetched stays for the next step.
+        // Each pass starts 2 ms after the step (untimed) and reads for at
+        // least 40 ms. Right after a step, the pass's second thread started
+        // beside the engine's helper (which spins 200 us before it sleeps),
+        // and a pass of the small bf16 model lasts 6 ms: such passes read 19-31
+        // GB/s where these read 33-36 (the plain read over 1 GiB at the start:
+        // 34-35), so the bound was low and the ratios high by up to a fifth
+        // (Intel Xeon, 2026-12-05). A longer pause is worse: after 150 ms
+        // idle, a short pass read 20 GB/s (the VM's CPU had been given up).
+        // The LibTorch-kernel cases (gemv "none") still read their bound
+        // beside OpenBLAS's workers, which spin for 2^28 cycles after each
+        // call: their bound is low (those rows are for comparison).
         constexpr int kStepsPerPass = 4;
         double stepSeconds = 0, probeSeconds = 0, positionsRead = 0;
         int stepsRun = 0, passes = 0;
@@ -324,8 +335,12 @@ int runCase(const CaseSpec& c)
             const auto s0 = clk::now();
             m->settle();
             stepSeconds += since(s0);
-            probeSeconds += readProbe();
-            ++passes;
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));
+            const auto p0 = clk::now();
+            do {
+                probeSeconds += readProbe();
+                ++passes;
+            } while (since(p0) < 0.04);
         };
         for (; stepsRun < c.steps || (stepSeconds + probeSeconds < 2.0 && stepsRun < 20 * c.steps); ++stepsRun) {
             const int32_t next = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());

@@ -101,8 +101,7 @@ void TimelinePanel::onStepsChanged()
     m_slider->setRange(0, std::max(0, int(steps.size()) - 1));
     if (m_follow->isChecked())
         m_slider->setValue(m_slider->maximum());
-    m_stepLabel->setText(steps.isEmpty() ? tr("no steps yet") : tr("step %1 of %2").arg(m_trace->shownStep()).arg(steps.last()));
-    m_view->horizontalHeader()->viewport()->update();
+    showShownStep();
 }
 
 void TimelinePanel::onSlider(int position)
@@ -113,8 +112,14 @@ void TimelinePanel::onSlider(int position)
     if (position < steps.size() - 1)
         m_follow->setChecked(false);
     m_trace->showStep(m_follow->isChecked() ? -1 : steps.value(position));
-    m_stepLabel->setText(tr("step %1 of %2").arg(m_trace->shownStep()).arg(steps.last()));
-    m_view->horizontalHeader()->viewport()->update();
+    showShownStep();
+}
+
+void TimelinePanel::showShownStep()
+{
+    const int latest = m_trace->latestStep();
+    m_stepLabel->setText(latest < 0 ? tr("no steps yet") : tr("step %1 of %2").arg(m_trace->shownStep()).arg(latest));
+    m_view->horizontalHeader()->viewport()->update(); // the time scale in the header
 }
 
 } // namespace stowage

@@ -27,6 +27,7 @@ public:
 private:
     void onStepsChanged();
     void onSlider(int position);
+    void showShownStep(); // the label and the header's scale, for the step on screen
 
     TraceModel* m_trace;
     QTableView* m_view = nullptr;

@@ -321,7 +321,7 @@ int runCase(const CaseSpec& c)
         // least 40 ms. Right after a step, the pass's second thread started
         // beside the engine's helper (which spins 200 us before it sleeps),
         // and a pass of the small bf16 model lasts 6 ms: such passes read 19-31
-        // GB/s where these read 33-36 (the plain read over 1 GiB at the start:
+        // GB/s where these read 31-37 (the plain read over 1 GiB at the start:
         // 34-35), so the bound was low and the ratios high by up to a fifth
         // (Intel Xeon, 2026-12-05). A longer pause is worse: after 150 ms
         // idle, a short pass read 20 GB/s (the VM's CPU had been given up).

@@ -17,6 +17,9 @@
 #include <cmath>
 #include <random>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 using namespace stowage::arch;
 
 namespace {
@@ -103,6 +106,8 @@ private slots:
     void severalMatricesAsOne();
     void severalMatricesRejected();
     void readsAheadIntoFreedMemorySafely();
+    void hintsPastTheEndNeverFault_data();
+    void hintsPastTheEndNeverFault();
 };
 
 void TestGemv::kernelsListed()
@@ -487,6 +492,49 @@ void TestGemv::readsAheadIntoFreedMemorySafely()
         for (int64_t r = 0; r < 512; ++r)
             QCOMPARE(double(again[r].item<float>()), refA[size_t(r)]);
         QVERIFY(at::equal(ya, again));
+    }
+}
+
+void TestGemv::hintsPastTheEndNeverFault_data() { addKernelRows(); }
+
+void TestGemv::hintsPastTheEndNeverFault()
+{
+    // The one-row kernels ask for lines up to gemvReadAhead() bytes past
+    // what they read (gemv_isa.h): past a matrix's last row that is memory
+    // the process may not own. Here W ends where 64 KiB of inaccessible
+    // pages begin, the most read-ahead there is: the hints must never fault
+    // (a load there would be SIGSEGV), and the sums are the same exact ones
+    // with hints near, far and off.
+    QFETCH(int, kernel);
+    QFETCH(int, wdtype);
+    QFETCH(int, xdtype);
+    const auto wt = at::ScalarType(wdtype), xt = at::ScalarType(xdtype);
+    const int64_t n = 37, k = 1024; // rows of 1024: the one-row kernels for every x dtype
+    const size_t bytes = size_t(n * k) * at::elementSize(wt), page = size_t(sysconf(_SC_PAGESIZE));
+    const size_t guard = size_t(64) << 10, span = (bytes + page - 1) / page * page + guard;
+    char* base = static_cast<char*>(mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    QVERIFY(base != MAP_FAILED);
+    char* end = base + span - guard;
+    QCOMPARE(mprotect(end, guard, PROT_NONE), 0);
+    std::mt19937 rng(23);
+    const at::Tensor values = integers(n, k, rng, wt), x = integers(1, k, rng, xt)[0];
+    at::Tensor w = at::from_blob(end - bytes, {n, k}, at::TensorOptions().dtype(wt));
+    w.copy_(values);
+    std::vector<double> abs;
+    const auto ref = reference(w, x, &abs);
+    const int64_t before = gemvReadAhead();
+    std::vector<at::Tensor> ys;
+    for (int64_t ahead : {int64_t(0), int64_t(8192), int64_t(65536)}) {
+        overrideGemvReadAhead(ahead);
+        QCOMPARE(gemvReadAhead(), ahead);
+        ys.push_back(gemvWith(GemvKernel(kernel), w, x).contiguous());
+    }
+    overrideGemvReadAhead(before);
+    munmap(base, span);
+    for (const at::Tensor& y : ys) {
+        QVERIFY(at::equal(y, ys[0]));
+        for (int64_t r = 0; r < n; ++r)
+            QCOMPARE(y[r].to(at::kDouble).item<double>(), roundedTo(xt, ref[size_t(r)]));
     }
 }
 

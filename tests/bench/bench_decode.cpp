@@ -156,6 +156,7 @@ struct CaseSpec {
     double pcie = 0;
     int prompt = 16, steps = 24;
     bool cold = false;
+    int64_t ahead = -1; // the kernels' read-ahead hints in bytes (gemv.h); -1: the default
 };
 
 // Bytes of non-duplicate parameters per device under `map`.
@@ -212,6 +213,8 @@ int runCase(const CaseSpec& c)
             for (auto k : arch::gemvKernels(dt))
                 if (c.gemv == arch::gemvKernelName(k))
                     arch::overrideGemvKernel(dt, k);
+    if (c.ahead >= 0)
+        arch::overrideGemvReadAhead(c.ahead);
     // Every case starts with its checkpoint off the page cache, as when a
     // model is opened from the drive: the warm-up pass then reads it through
     // the weight store's mapping (2 MiB pages, mappedfile.cpp), and "warm" is
@@ -379,7 +382,8 @@ json spawn(const char* self, const CaseSpec& c)
 {
     QStringList args{"--case", QString::fromStdString(c.dir), QString::fromStdString(c.map),
                      QString::fromStdString(c.policy), QString::number(c.pcie), QString::number(c.prompt),
-                     QString::number(c.steps), c.cold ? "cold" : "warm", QString::fromStdString(c.gemv)};
+                     QString::number(c.steps), c.cold ? "cold" : "warm", QString::fromStdString(c.gemv),
+                     QString::number(c.ahead)};
     QProcess p;
     p.start(QString::fromLocal8Bit(self), args);
     if (!p.waitForFinished(600000) || p.exitCode() != 0) {
@@ -417,6 +421,7 @@ int main(int argc, char** argv)
         c.steps = std::atoi(argv[7]);
         c.cold = std::string(argv[8]) == "cold";
         c.gemv = argc > 9 ? argv[9] : "";
+        c.ahead = argc > 10 ? std::atoll(argv[10]) : -1;
         return runCase(c);
     }
     const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
@@ -541,35 +546,51 @@ int main(int argc, char** argv)
         for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
             const at::ScalarType st = dt == DType::F32 ? at::kFloat : dt == DType::BF16 ? at::kBFloat16 : at::kHalf;
             const auto kernels = arch::gemvKernels(st);
-            for (auto kernel : {kernels.front(), arch::GemvKernel::None}) {
+            // The engine's kernel; on the small shape (rows short enough for
+            // the one-row kernels) also without their read-ahead hints, as a
+            // baseline for them; then at::mv.
+            const bool unhinted = std::string(sh.name) == "small" && arch::gemvReadAhead() > 0;
+            struct Run {
+                arch::GemvKernel kernel;
+                int64_t ahead;
+            };
+            std::vector<Run> runs{{kernels.front(), -1}};
+            if (unhinted)
+                runs.push_back({kernels.front(), 0});
+            runs.push_back({arch::GemvKernel::None, -1});
+            for (const Run& run : runs) {
+                const arch::GemvKernel kernel = run.kernel;
+                const bool engine = kernel == kernels.front() && run.ahead < 0;
                 CaseSpec c;
                 c.dir = dirs[{sh.name, dt}];
                 c.prompt = 128;
                 c.gemv = arch::gemvKernelName(kernel);
+                c.ahead = run.ahead;
                 json r = runOne(c);
                 if (r.is_null())
                     continue;
                 const uint64_t bytes = r["weights"].get<uint64_t>();
-                if (kernel == kernels.front() && std::string(sh.name) == "small" && dt != DType::F16)
+                if (engine && std::string(sh.name) == "small" && dt != DType::F16)
                     (dt == DType::F32 ? ramF32 : ramBf16) = r;
                 const double kv = r.value("kv_bytes_per_step", 0.0);
                 const double bound = r["bw_during"].get<double>() / (double(bytes) + kv);
                 const double params = double(bytes) / double(dtypeSize(dt));
                 const double pred = estimateDecode({{Device::cpu(), bytes}}, 2 * params, profileAt(r)).tokensPerSecond;
                 std::printf("%-9s %-8s %-12s %6.0f MB %5.0f%% %5.1f MB %13.1f %12.2f %11.2f %8.0f%% %12.2f %12.2f\n",
-                            sh.name, dtypeTorchName(dt), c.gemv.c_str(), double(bytes) / 1e6,
+                            sh.name, dtypeTorchName(dt), (c.gemv + (run.ahead == 0 ? "*" : "")).c_str(),
+                            double(bytes) / 1e6,
                             100 * r.value("file_pmd", 0.0) / double(bytes), kv / 1e6, r["prefill_tok_s"].get<double>(),
                             r["decode_tok_s"].get<double>(), bound, 100 * r["decode_tok_s"].get<double>() / bound,
                             pred, pred / r["decode_tok_s"].get<double>());
-                if (kernel == kernels.front()) {
+                if (engine) {
                     const std::string what = std::string(sh.name) + " " + dtypeTorchName(dt) + ", all in RAM";
                     ofBound.emplace_back(what, r["decode_tok_s"].get<double>() / bound);
                     preds.push_back({what, pred / r["decode_tok_s"].get<double>()});
                 }
-                if (kernel == arch::GemvKernel::None)
-                    break;
             }
         }
+    std::printf("(* the same kernel without its read-ahead hints, STOWAGE_GEMV_AHEAD=0; the others ask %lld bytes ahead)\n",
+                static_cast<long long>(arch::gemvReadAhead()));
 
     // ---- memory: load throughput and peak resident set
     std::printf("\n%-26s %9s %10s %9s %9s %9s %9s %12s\n", "memory (MiB)", "load s", "load GB/s", "peak RSS",

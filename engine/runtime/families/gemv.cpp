@@ -101,6 +101,24 @@ std::atomic<int>& chosen(at::ScalarType dtype)
     return dtype == at::kFloat ? f32 : dtype == at::kBFloat16 ? bf16 : f16;
 }
 
+int64_t aheadFromEnv()
+{
+    const char* env = std::getenv("STOWAGE_GEMV_AHEAD");
+    if (env && *env) {
+        char* end = nullptr;
+        const long long v = std::strtoll(env, &end, 10);
+        if (end && *end == 0)
+            return std::clamp<int64_t>(v, 0, 65536);
+    }
+    return cpu().amd ? 0 : 8192;
+}
+
+std::atomic<int64_t>& ahead()
+{
+    static std::atomic<int64_t> bytes{aheadFromEnv()};
+    return bytes;
+}
+
 // y[r0, r1) rounded to bf16 or fp16 as Tensor::to does (to nearest, ties to even).
 void roundRows(const float* y, void* out, at::ScalarType type, int64_t r0, int64_t r1)
 {
@@ -334,6 +352,10 @@ GemvKernel gemvKernelFor(at::ScalarType dtype)
     return GemvKernel(chosen(dtype).load(std::memory_order_relaxed));
 }
 
+int64_t gemvReadAhead() { return ahead().load(std::memory_order_relaxed); }
+
+void overrideGemvReadAhead(int64_t bytes) { ahead().store(std::clamp<int64_t>(bytes, 0, 65536)); }
+
 void overrideGemvKernel(at::ScalarType dtype, GemvKernel kernel)
 {
     const auto ks = gemvKernels(dtype);
@@ -393,7 +415,7 @@ std::vector<at::Tensor> gemvAllWith(GemvKernel kernel, const std::vector<at::Ten
     struct Work {
         rows::Fn f;
         const void* x;
-        int64_t k;
+        int64_t k, ahead;
         at::ScalarType type;
         const Chunk* chunks;
         int64_t count;
@@ -402,6 +424,7 @@ std::vector<at::Tensor> gemvAllWith(GemvKernel kernel, const std::vector<at::Ten
     work.f = f;
     work.x = xin.data_ptr();
     work.k = x.size(0);
+    work.ahead = gemvReadAhead();
     work.type = xt;
     const int threads = std::max(1, at::get_num_threads());
     const int64_t rowBytes = std::max<int64_t>(1, work.k * int64_t(ws[0].element_size()));
@@ -438,7 +461,7 @@ std::vector<at::Tensor> gemvAllWith(GemvKernel kernel, const std::vector<at::Ten
         for (int64_t c = s.next.fetch_add(1, std::memory_order_relaxed); c < s.count;
              c = s.next.fetch_add(1, std::memory_order_relaxed)) {
             const Chunk& ch = s.chunks[c];
-            s.f(ch.data, s.x, s.k, ch.r0, ch.r1, ch.y);
+            s.f(ch.data, s.x, s.k, ch.r0, ch.r1, ch.y, s.ahead);
             if (ch.rounded)
                 roundRows(ch.y, ch.rounded, s.type, ch.r0, ch.r1);
         }
@@ -568,7 +591,7 @@ at::Tensor attendOne(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
         rows::Fn dot;
         rows::AccFn acc;
         const char *k, *v;
-        int64_t kHead, vHead, group, dim, positions;
+        int64_t kHead, vHead, group, dim, positions, ahead;
         const float* q;
         float *out, *scores;
         double scale;
@@ -591,6 +614,7 @@ at::Tensor attendOne(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
     work.group = heads / kvHeads;
     work.dim = dim;
     work.positions = positions;
+    work.ahead = gemvReadAhead();
     work.q = qf.data_ptr<float>();
     work.out = out.data_ptr<float>();
     work.scores = scores.data_ptr<float>();
@@ -604,7 +628,7 @@ at::Tensor attendOne(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
         for (int64_t h = s.next.fetch_add(1, std::memory_order_relaxed); h < s.heads;
              h = s.next.fetch_add(1, std::memory_order_relaxed)) {
             const int64_t kv = h / s.group; // repeat_kv: head h reads kv head h / group
-            s.dot(s.k + kv * s.kHead, s.q + h * s.dim, s.dim, 0, s.positions, p);
+            s.dot(s.k + kv * s.kHead, s.q + h * s.dim, s.dim, 0, s.positions, p, s.ahead);
             float top = -std::numeric_limits<float>::infinity();
             for (int64_t i = 0; i < s.positions; ++i) {
                 p[i] = float(p[i] * s.scale);

@@ -38,6 +38,15 @@ GemvKernel gemvKernelFor(at::ScalarType dtype);
 // to compare kernels in one process. Ignored when this CPU cannot run it.
 void overrideGemvKernel(at::ScalarType dtype, GemvKernel kernel);
 
+// How far ahead of its loads, in bytes, a one-row kernel asks for W's lines
+// to be brought into L2 (gemv_rows.h); 0: no such hints. 8192, but 0 on AMD,
+// where a hint a line (then into L1) slowed Zen 4's streaming by a quarter
+// and this form is unmeasured; STOWAGE_GEMV_AHEAD=<bytes> (0 to 65536) sets it.
+int64_t gemvReadAhead();
+// Benchmarks: use `bytes` from now on (clamped to 0 .. 65536), to compare in
+// one process. Only between products, never while one runs.
+void overrideGemvReadAhead(int64_t bytes);
+
 // y [out] = W [out, in] x [in]. W is fp32, bf16 or fp16; x is fp32 or W's
 // dtype, and y comes back in x's dtype: fp32 sums, rounded once at the end.
 // Rows split between the caller and the kernels' own helper threads, as

@@ -49,17 +49,17 @@ struct Isa {
 
 namespace stowage::arch::rows {
 
-void f32Avx2(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y)
+void f32Avx2(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y, int64_t ahead)
 {
-    rowsOf<float>(w, x, k, r0, r1, y);
+    rowsOf<float>(w, x, k, r0, r1, y, ahead);
 }
-void bf16Avx2(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y)
+void bf16Avx2(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y, int64_t ahead)
 {
-    rowsOf<Bf16>(w, x, k, r0, r1, y);
+    rowsOf<Bf16>(w, x, k, r0, r1, y, ahead);
 }
-void f16Avx2(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y)
+void f16Avx2(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y, int64_t ahead)
 {
-    rowsOf<F16>(w, x, k, r0, r1, y);
+    rowsOf<F16>(w, x, k, r0, r1, y, ahead);
 }
 
 void f32AccAvx2(const void* w, const float* p, int64_t k, int64_t n, float* y)

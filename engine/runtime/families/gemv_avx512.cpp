@@ -45,7 +45,7 @@ __m512bh pairsPart(const uint16_t* p, int n)
 }
 __m512 dp(__m512 acc, __m512bh a, __m512bh b) { return _mm512_dpbf16_ps(acc, a, b); }
 
-void dp4(const uint16_t* w0, const uint16_t* x, int64_t k, float* y)
+void dp4(const uint16_t* w0, const uint16_t* x, int64_t k, int64_t, float* y)
 {
     const uint16_t* w1 = w0 + k;
     const uint16_t* w2 = w1 + k;
@@ -79,11 +79,12 @@ void dp4(const uint16_t* w0, const uint16_t* x, int64_t k, float* y)
     y[3] = _mm512_reduce_add_ps(_mm512_add_ps(a3, b3));
 }
 
-void dp1(const uint16_t* w0, const uint16_t* x, int64_t k, float* y)
+void dp1(const uint16_t* w0, const uint16_t* x, int64_t k, int64_t ahead, float* y)
 {
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     int64_t j = 0;
     for (; j + 128 <= k; j += 128) {
+        hintAhead<256>(w0 + j, ahead); // gemv_isa.h
         a0 = dp(a0, pairs(w0 + j), pairs(x + j));
         inOrder(); // each row's loads in address order (gemv_isa.h)
         a1 = dp(a1, pairs(w0 + j + 32), pairs(x + j + 32));
@@ -103,21 +104,21 @@ void dp1(const uint16_t* w0, const uint16_t* x, int64_t k, float* y)
 
 namespace stowage::arch::rows {
 
-void f32Avx512(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y)
+void f32Avx512(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y, int64_t ahead)
 {
-    rowsOf<float>(w, x, k, r0, r1, y);
+    rowsOf<float>(w, x, k, r0, r1, y, ahead);
 }
-void bf16Avx512(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y)
+void bf16Avx512(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y, int64_t ahead)
 {
-    rowsOf<Bf16>(w, x, k, r0, r1, y);
+    rowsOf<Bf16>(w, x, k, r0, r1, y, ahead);
 }
-void f16Avx512(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y)
+void f16Avx512(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y, int64_t ahead)
 {
-    rowsOf<F16>(w, x, k, r0, r1, y);
+    rowsOf<F16>(w, x, k, r0, r1, y, ahead);
 }
-void bf16Dp(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y)
+void bf16Dp(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y, int64_t ahead)
 {
-    rowBlocks<uint16_t, uint16_t, dp4, dp1>(w, x, k, r0, r1, y);
+    rowBlocks<uint16_t, uint16_t, dp4, dp1>(w, x, k, r0, r1, y, ahead);
 }
 
 void f32AccAvx512(const void* w, const float* p, int64_t k, int64_t n, float* y)

@@ -43,8 +43,36 @@ inline void prefetchRowStarts(const char* next, int64_t rowBytes, int rows = 4)
 // tok/s). The order was GCC's choice, and it changed with unrelated edits.
 inline void inOrder() { asm volatile("" ::: "memory"); }
 
+// Hints for the cache lines `ahead` bytes past the `Bytes` bytes at `p` (one
+// iteration's loads of a row), one prefetcht1 a line, into L2; nothing when
+// `ahead` is 0. The one-row kernels give them (rows1 here, dp1 in
+// gemv_avx512.cpp): one stream a core, which the L2 prefetcher alone
+// followed with too few reads in flight. On Intel's Xeon with AMX
+// (2026-12-05, bench_decode, each against its own run's bound), 8 KiB ahead:
+// small bf16 decode 73% -> 95% of the bound, small fp16 74% -> 94-96%, the
+// AVX2 kernels' fp16 64% -> 94-100%; small fp32 and 7B-layer bf16 about
+// unchanged (docs/PERFORMANCE.md). The row-block kernels (rows4, rows8, dp4)
+// give none: eight streams at once keep enough in flight, and with a hint a
+// line 7B-layer fp32 decoded 8% slower.
+//
+// The hint is an asm statement: GCC 12 at -O2 deleted most _mm_prefetch
+// calls under such a condition, silently (its control-dependent dead code
+// elimination; -fno-tree-dce or -O3 kept them).
+inline void prefetchL2(const char* p) { asm volatile("prefetcht1 %0" : : "m"(*p)); }
+
+template <int Bytes>
+inline void hintAhead(const void* p, int64_t ahead)
+{
+    static_assert(Bytes % 64 == 0, "whole cache lines an iteration");
+    if (ahead == 0)
+        return;
+    const char* line = static_cast<const char*>(p) + ahead;
+    for (int b = 0; b < Bytes; b += 64)
+        prefetchL2(line + b);
+}
+
 template <class T>
-void rows4(const T* w0, const float* x, int64_t k, float* y)
+void rows4(const T* w0, const float* x, int64_t k, int64_t, float* y)
 {
     using V = typename Isa::V;
     constexpr int N = Isa::N;
@@ -88,7 +116,7 @@ void rows4(const T* w0, const float* x, int64_t k, float* y)
 // plain read against 0.81-0.87 four at a time, fp32 at 0.95-1.01 against
 // 0.93-0.96 (medians of 40 interleaved passes, docs/PERFORMANCE.md).
 template <class T>
-void rows8(const T* w0, const float* x, int64_t k, float* y)
+void rows8(const T* w0, const float* x, int64_t k, int64_t, float* y)
 {
     using V = typename Isa::V;
     constexpr int N = Isa::N;
@@ -131,13 +159,14 @@ void rows8(const T* w0, const float* x, int64_t k, float* y)
 }
 
 template <class T>
-void rows1(const T* w0, const float* x, int64_t k, float* y)
+void rows1(const T* w0, const float* x, int64_t k, int64_t ahead, float* y)
 {
     using V = typename Isa::V;
     constexpr int N = Isa::N;
     V a0 = Isa::zero(), a1 = Isa::zero(), a2 = Isa::zero(), a3 = Isa::zero();
     int64_t j = 0;
     for (; j + 4 * N <= k; j += 4 * N) {
+        hintAhead<4 * N * int(sizeof(T))>(w0 + j, ahead);
         a0 = Isa::fma(Isa::load(w0 + j), Isa::load(x + j), a0);
         inOrder();
         a1 = Isa::fma(Isa::load(w0 + j + N), Isa::load(x + j + N), a1);
@@ -164,9 +193,10 @@ void rows1(const T* w0, const float* x, int64_t k, float* y)
 // streamed slower one row at a time, and the MLP down projections' x
 // (22-44 KiB) would come from L2 once per row (28-32 GB/s four at a time
 // against 24 one at a time, k 11008).
-template <class T, class X, void (*Four)(const T*, const X*, int64_t, float*),
-          void (*One)(const T*, const X*, int64_t, float*), void (*Eight)(const T*, const X*, int64_t, float*) = nullptr>
-void rowBlocks(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y)
+template <class T, class X, void (*Four)(const T*, const X*, int64_t, int64_t, float*),
+          void (*One)(const T*, const X*, int64_t, int64_t, float*),
+          void (*Eight)(const T*, const X*, int64_t, int64_t, float*) = nullptr>
+void rowBlocks(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y, int64_t ahead)
 {
     const T* wp = static_cast<const T*>(w);
     const X* xp = static_cast<const X*>(x);
@@ -174,18 +204,18 @@ void rowBlocks(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, 
     if (k * int64_t(sizeof(X)) > (int64_t(8) << 10)) {
         if constexpr (Eight != nullptr)
             for (; r + 8 <= r1; r += 8)
-                Eight(wp + r * k, xp, k, y + r);
+                Eight(wp + r * k, xp, k, ahead, y + r);
         for (; r + 4 <= r1; r += 4)
-            Four(wp + r * k, xp, k, y + r);
+            Four(wp + r * k, xp, k, ahead, y + r);
     }
     for (; r < r1; ++r)
-        One(wp + r * k, xp, k, y + r);
+        One(wp + r * k, xp, k, ahead, y + r);
 }
 
 template <class T>
-void rowsOf(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y)
+void rowsOf(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y, int64_t ahead)
 {
-    rowBlocks<T, float, rows4<T>, rows1<T>, rows8<T>>(w, x, k, r0, r1, y);
+    rowBlocks<T, float, rows4<T>, rows1<T>, rows8<T>>(w, x, k, r0, r1, y, ahead);
 }
 
 // y[0, k) += sum over rows r < n of p[r] W[r, :], for W of n rows of k

@@ -16,18 +16,21 @@ struct F16 {
 };
 
 // x is fp32 for every kernel but the dot-product one, whose x is bf16.
-using Fn = void (*)(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y);
+// `ahead` > 0: as it reads each cache line of W, the kernel asks for the line
+// `ahead` bytes further on to be brought into L2 (prefetcht1), so that more
+// reads are in flight than the hardware prefetchers keep (gemv.cpp).
+using Fn = void (*)(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y, int64_t ahead);
 
 // AVX2 + FMA + F16C: weights widened to fp32 on load.
-void f32Avx2(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y);
-void bf16Avx2(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y);
-void f16Avx2(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y);
+void f32Avx2(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y, int64_t ahead);
+void bf16Avx2(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y, int64_t ahead);
+void f16Avx2(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y, int64_t ahead);
 // AVX-512 (F/BW/VL): the same, 16 lanes, masked tails.
-void f32Avx512(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y);
-void bf16Avx512(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y);
-void f16Avx512(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y);
+void f32Avx512(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y, int64_t ahead);
+void bf16Avx512(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y, int64_t ahead);
+void f16Avx512(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y, int64_t ahead);
 // AVX512-BF16: bf16 pairs of W and of x multiplied and summed in fp32 (vdpbf16ps).
-void bf16Dp(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y);
+void bf16Dp(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y, int64_t ahead);
 
 // y[0, k) += sum over r < n of p[r] W[r, :] (W [n, k] row-major, k a
 // multiple of the vector width: 8 for AVX2, 16 for AVX-512).

@@ -182,17 +182,28 @@ void rows1(const T* w0, const float* x, int64_t k, int64_t ahead, float* y)
     y[0] = Isa::sum(Isa::add(Isa::add(a0, a1), Isa::add(a2, a3)));
 }
 
-// Rows [r0, r1) of W [n, k] (also for gemv_avx512.cpp's dot-product kernel).
-// Where x is at most 8 KiB, one row at a time: consecutive rows are one
-// sequential stream, which the prefetchers follow to the chunk's end. Four
-// rows at a time read four streams a row apart; with short rows each stream
-// is cut off after a row, and bf16 rows of 1024 streamed at 22-26 GB/s
-// against 30-42 one at a time (Zen 4). Longer x is shared by eight rows per
-// load (four for the last rows of a range; the bf16 dot-product kernel has
-// no eight-row form, which decoded no faster): an fp32 x of 4096 (16 KiB)
-// streamed slower one row at a time, and the MLP down projections' x
-// (22-44 KiB) would come from L2 once per row (28-32 GB/s four at a time
+// Rows [r0, r1) of W [n, k] (also for gemv_avx512.cpp's dot-product kernel),
+// one at a time or in blocks of eight (four for the last rows of a range;
+// the bf16 dot-product kernel has no eight-row form, which decoded no
+// faster). One row at a time, consecutive rows are one sequential stream,
+// which the prefetchers follow to the chunk's end; a block reads eight
+// streams a row apart and shares each load of x between them.
+//
+// Without read-ahead hints (AMD; Zen 4's measurements): one at a time where
+// x is at most 8 KiB. With short rows each of a block's streams is cut off
+// after a row: bf16 rows of 1024 streamed at 22-26 GB/s four at a time
+// against 30-42 one at a time. Longer x goes in blocks: an fp32 x of 4096
+// (16 KiB) streamed slower one row at a time, and the MLP down projections'
+// x (22-44 KiB) would come from L2 once per row (28-32 GB/s four at a time
 // against 24 one at a time, k 11008).
+//
+// With them (hintAhead; Intel's Xeon with AMX, 2026-12-05, decode against
+// the same run's bound): 16-bit rows of W up to 8 KiB one at a time,
+// whatever x's size: 7B-layer fp16 (rows of 8 KiB, an fp32 x of 16 KiB)
+// decoded at 80-84% against 73-77% in blocks; the small shape's fp16 and
+// bf16 rows of 2 KiB at 83-84% against 55-56% in blocks. fp32 rows of 4 KiB
+// and more in blocks: the small shape's (4 KiB) at 81-82% against 77-79%
+// one at a time, 7B-layer's (16 KiB) at 89-90% against 83-85%.
 template <class T, class X, void (*Four)(const T*, const X*, int64_t, int64_t, float*),
           void (*One)(const T*, const X*, int64_t, int64_t, float*),
           void (*Eight)(const T*, const X*, int64_t, int64_t, float*) = nullptr>
@@ -200,8 +211,12 @@ void rowBlocks(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, 
 {
     const T* wp = static_cast<const T*>(w);
     const X* xp = static_cast<const X*>(x);
+    const int64_t rowBytes = k * int64_t(sizeof(T));
+    const bool oneAtATime = ahead == 0           ? k * int64_t(sizeof(X)) <= (int64_t(8) << 10)
+                            : sizeof(T) == 2 ? rowBytes <= (int64_t(8) << 10)
+                                             : rowBytes < (int64_t(4) << 10);
     int64_t r = r0;
-    if (k * int64_t(sizeof(X)) > (int64_t(8) << 10)) {
+    if (!oneAtATime) {
         if constexpr (Eight != nullptr)
             for (; r + 8 <= r1; r += 8)
                 Eight(wp + r * k, xp, k, ahead, y + r);

@@ -589,7 +589,8 @@ int main(int argc, char** argv)
                 }
             }
         }
-    std::printf("(* the same kernel without its read-ahead hints, STOWAGE_GEMV_AHEAD=0; the others ask %lld bytes ahead)\n",
+    std::printf("(* the same kernel as without read-ahead hints, STOWAGE_GEMV_AHEAD=0: no hints and the rows split\n"
+                "   as before them, gemv_isa.h; the others ask %lld bytes ahead)\n",
                 static_cast<long long>(arch::gemvReadAhead()));
 
     // ---- memory: load throughput and peak resident set

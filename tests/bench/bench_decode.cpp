@@ -542,6 +542,7 @@ int main(int argc, char** argv)
     };
     std::vector<Pred> preds;
     std::vector<std::pair<std::string, double>> ofBound; // engine kernel, decode / bound
+    const bool hinted = arch::gemvReadAhead() > 0; // the kernels' read-ahead hints are on (gemv.h)
     for (const Shape& sh : shapes)
         for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
             const at::ScalarType st = dt == DType::F32 ? at::kFloat : dt == DType::BF16 ? at::kBFloat16 : at::kHalf;
@@ -549,7 +550,7 @@ int main(int argc, char** argv)
             // The engine's kernel; on the small shape (rows short enough for
             // the one-row kernels) also without their read-ahead hints, as a
             // baseline for them; then at::mv.
-            const bool unhinted = std::string(sh.name) == "small" && arch::gemvReadAhead() > 0;
+            const bool unhinted = hinted && std::string(sh.name) == "small";
             struct Run {
                 arch::GemvKernel kernel;
                 int64_t ahead;
@@ -589,9 +590,10 @@ int main(int argc, char** argv)
                 }
             }
         }
-    std::printf("(* the same kernel as without read-ahead hints, STOWAGE_GEMV_AHEAD=0: no hints and the rows split\n"
-                "   as before them, gemv_isa.h; the others ask %lld bytes ahead)\n",
-                static_cast<long long>(arch::gemvReadAhead()));
+    if (hinted) // else there are no * rows
+        std::printf("(* the same kernel as without read-ahead hints, STOWAGE_GEMV_AHEAD=0: no hints and the rows split\n"
+                    "   as before them, gemv_isa.h; the others ask %lld bytes ahead)\n",
+                    static_cast<long long>(arch::gemvReadAhead()));
 
     // ---- memory: load throughput and peak resident set
     std::printf("\n%-26s %9s %10s %9s %9s %9s %9s %12s\n", "memory (MiB)", "load s", "load GB/s", "peak RSS",

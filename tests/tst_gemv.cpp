@@ -7,6 +7,7 @@
 // multiple of 4, and splits across threads.
 #include "../engine/runtime/families/gemv.h"
 #include "../engine/runtime/families/runner.h"
+#include "skip.h"
 
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
@@ -98,6 +99,7 @@ private slots:
     void widensExactly();
     void attentionAgainstDoubleSums_data();
     void attentionAgainstDoubleSums();
+    void softmaxWeightsAgainstDoubleExp();
     void attentionDeclinesWhatItCannotDo();
     void normAndRotaryAsLibTorch();
     void transposedAgainstDoubleSums_data();
@@ -317,6 +319,62 @@ void TestGemv::attentionAgainstDoubleSums()
     }
     // Values lie in [-1, 1], so is every output: an absolute bound.
     QVERIFY2(worst <= tol, qPrintable(QString("largest difference %1 (tolerance %2)").arg(worst).arg(tol)));
+}
+
+void TestGemv::softmaxWeightsAgainstDoubleExp()
+{
+    // attendOne's softmax (its own vector exp) weight by weight against exp
+    // in double of the same fp32 differences: the attention test cannot see
+    // an exp that is off by the same factor everywhere (the division by the
+    // sum takes it out), this one can. Scores reach below -87, where e^x
+    // falls under the smallest normal float, and whole vectors and tails.
+    std::mt19937 rng(17);
+    std::uniform_real_distribution<float> d(-130.0f, 6.0f);
+    int checked = 0;
+    for (GemvKernel k : gemvKernels(at::kFloat)) {
+        if (k == GemvKernel::None)
+            continue;
+        for (int round : {0, 1, 2})
+            for (int n : {1, 7, 15, 16, 17, 33, 300, 1000}) {
+                std::vector<float> scores(static_cast<size_t>(n));
+                for (float& v : scores)
+                    v = d(rng);
+                const float scale = 0.93f;
+                float top = -INFINITY;
+                for (float v : scores)
+                    top = std::max(top, v * scale);
+                std::vector<float> p = scores;
+                const double sum = softmaxWeights(k, p.data(), n, scale, round);
+                double want = 0, worst = 0;
+                for (int i = 0; i < n; ++i) {
+                    const double e = std::exp(double(scores[size_t(i)] * scale - top)); // the fp32 difference
+                    want += e;
+                    const double got = p[size_t(i)];
+                    if (e < std::ldexp(1.0, -126)) { // under the normal floats: about 2^-126 or less
+                        QVERIFY2(got >= 0 && got <= std::ldexp(1.0, -125), qPrintable(QString::number(got)));
+                        continue;
+                    }
+                    // a few ulp of fp32; rounded to bf16 / fp16: half an ulp (2^-8, 2^-11 of the value at most)
+                    const double rel = round == 0 ? 3e-7 : round == 1 ? 1.01 / 256 : 1.01 / 2048;
+                    const double floor = round == 2 ? std::ldexp(1.0, -25) : 0.0; // fp16's subnormal steps
+                    worst = std::max(worst, std::abs(got - e) / e);
+                    QVERIFY2(std::abs(got - e) <= rel * e + floor,
+                             qPrintable(QString("%1 round %2 n %3: e^%4 = %5, got %6")
+                                            .arg(gemvKernelName(k)).arg(round).arg(n)
+                                            .arg(double(scores[size_t(i)] * scale - top)).arg(e, 0, 'g', 9)
+                                            .arg(got, 0, 'g', 9)));
+                    if (round == 1)
+                        QCOMPARE(float(c10::BFloat16(p[size_t(i)])), p[size_t(i)]); // a bf16 value
+                    if (round == 2)
+                        QCOMPARE(float(c10::Half(p[size_t(i)])), p[size_t(i)]); // an fp16 value
+                }
+                QVERIFY2(std::abs(sum - want) <= 1e-6 * want, qPrintable(QString("sum %1 want %2").arg(sum).arg(want)));
+                ++checked;
+            }
+    }
+    // Every CPU this suite runs on has AVX2 (gemv.h's kernels are x86 ones).
+    if (checked == 0)
+        STOWAGE_SKIP_OR_FAIL("this CPU runs no softmax kernel");
 }
 
 void TestGemv::attentionDeclinesWhatItCannotDo()

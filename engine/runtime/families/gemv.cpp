@@ -469,6 +469,28 @@ std::vector<at::Tensor> gemvAllWith(GemvKernel kernel, const std::vector<at::Ten
     return ys;
 }
 
+namespace {
+rows::SoftmaxFn softmaxFor(GemvKernel kernel)
+{
+#if STOWAGE_GEMV_X86
+    if (kernel == GemvKernel::Avx2)
+        return rows::softmaxAvx2;
+    if (kernel == GemvKernel::Avx512 || kernel == GemvKernel::Avx512Bf16)
+        return rows::softmaxAvx512;
+#endif
+    (void)kernel;
+    return nullptr;
+}
+} // namespace
+
+float softmaxWeights(GemvKernel kernel, float* p, int64_t n, float scale, int round)
+{
+    const rows::SoftmaxFn f = cpuHas(kernel) ? softmaxFor(kernel) : nullptr;
+    if (!f)
+        throw std::invalid_argument(std::string("no softmax with the ") + gemvKernelName(kernel) + " kernel here");
+    return f(p, n, scale, round);
+}
+
 at::Tensor gemvWith(GemvKernel kernel, const at::Tensor& w, const at::Tensor& x)
 {
     return gemvAllWith(kernel, {w}, x)[0];
@@ -590,13 +612,13 @@ at::Tensor attendOne(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
     struct Work {
         rows::Fn dot;
         rows::AccFn acc;
+        rows::SoftmaxFn softmax;
         const char *k, *v;
         int64_t kHead, vHead, group, dim, positions, ahead;
         const float* q;
         float *out, *scores;
         double scale;
-        bool roundProbs;
-        at::ScalarType dt;
+        int round; // softmax weights rounded to: 0 fp32, 1 bf16, 2 fp16
         std::atomic<int64_t> next{0};
         int64_t heads;
     } work;
@@ -619,8 +641,8 @@ at::Tensor attendOne(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
     work.out = out.data_ptr<float>();
     work.scores = scores.data_ptr<float>();
     work.scale = scale;
-    work.roundProbs = dt != at::kFloat;
-    work.dt = dt;
+    work.round = dt == at::kBFloat16 ? 1 : dt == at::kHalf ? 2 : 0;
+    work.softmax = softmaxFor(kernel);
     work.heads = heads;
     Helpers::instance().run(threads, [](void* ctx, int worker) {
         auto& s = *static_cast<Work*>(ctx);
@@ -629,20 +651,10 @@ at::Tensor attendOne(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
              h = s.next.fetch_add(1, std::memory_order_relaxed)) {
             const int64_t kv = h / s.group; // repeat_kv: head h reads kv head h / group
             s.dot(s.k + kv * s.kHead, s.q + h * s.dim, s.dim, 0, s.positions, p, s.ahead);
-            float top = -std::numeric_limits<float>::infinity();
-            for (int64_t i = 0; i < s.positions; ++i) {
-                p[i] = float(p[i] * s.scale);
-                top = std::max(top, p[i]);
-            }
             // Softmax in fp32; for bf16/fp16 the unnormalised weights are
             // rounded to the dtype before they meet V and the sum divides
             // at the end, as PyTorch's CPU attention kernel does.
-            double sum = 0;
-            for (int64_t i = 0; i < s.positions; ++i) {
-                const float e = std::exp(p[i] - top);
-                sum += e;
-                p[i] = !s.roundProbs ? e : s.dt == at::kHalf ? float(c10::Half(e)) : float(c10::BFloat16(e));
-            }
+            const double sum = s.softmax(p, s.positions, float(s.scale), s.round);
             float* o = s.out + h * s.dim;
             s.acc(s.v + kv * s.vHead, p, s.dim, s.positions, o);
             const float inv = float(1.0 / sum);

@@ -80,6 +80,15 @@ at::Tensor gemvT(const at::Tensor& w, const at::Tensor& x);
 // (bf16: 300 us a layer at 100 positions, against a few here).
 at::Tensor attendOne(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale);
 
+// attendOne's softmax weights for one head, in place, with `kernel` (Avx2,
+// Avx512 or Avx512Bf16, which runs Avx512's): p[i] := exp(p[i] * scale -
+// top), top the largest p[i] * scale, then rounded to bf16 (round 1) or fp16
+// (round 2), or kept in fp32 (0). Returns the sum before rounding. exp is a
+// polynomial a vector at a time, within a few ulp of expf (tst_gemv); where
+// e^x is under 2^-126 it gives about 2^-126. Throws when this CPU cannot run
+// the kernel, or for None.
+float softmaxWeights(GemvKernel kernel, float* p, int64_t n, float scale, int round);
+
 // dst (fp32, contiguous) = src (fp16 or bf16, contiguous, as many
 // elements) widened: the engine's kernel where the CPU has one, else copy_.
 void widenInto(const at::Tensor& src, at::Tensor& dst);

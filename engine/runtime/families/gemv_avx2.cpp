@@ -24,6 +24,31 @@ struct Isa {
         s = _mm_add_ss(s, _mm_movehdup_ps(s));
         return _mm_cvtss_f32(s);
     }
+    static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+    static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
+    static V max(V a, V b) { return _mm256_max_ps(a, b); }
+    static float maxAll(V v)
+    {
+        __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        m = _mm_max_ss(m, _mm_movehdup_ps(m));
+        return _mm_cvtss_f32(m);
+    }
+    static V roundNearest(V v) { return _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+    // 2^n for whole n in [-126, 127], in the exponent bits.
+    static V pow2(V n)
+    {
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+    }
+    // Rounded to bf16 / fp16 (to nearest, ties to even) and widened back.
+    static V roundedBf16(V v)
+    {
+        const __m256i b = _mm256_castps_si256(v);
+        const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
+        const __m256i r = _mm256_add_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x7fff)), odd);
+        return _mm256_castsi256_ps(_mm256_and_si256(r, _mm256_set1_epi32(int(0xffff0000u))));
+    }
+    static V roundedF16(V v) { return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
     static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
     static V load(const float* p) { return _mm256_loadu_ps(p); }
     static V load(const Bf16* p)
@@ -73,6 +98,11 @@ void bf16AccAvx2(const void* w, const float* p, int64_t k, int64_t n, float* y)
 void f16AccAvx2(const void* w, const float* p, int64_t k, int64_t n, float* y)
 {
     accumulateRows<F16>(w, p, k, n, y);
+}
+
+float softmaxAvx2(float* p, int64_t n, float scale, int round)
+{
+    return softmaxWeights(p, n, scale, round);
 }
 
 void widenF16Avx2(const void* src, float* dst, int64_t n)

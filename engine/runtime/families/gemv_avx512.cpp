@@ -21,6 +21,25 @@ struct Isa {
     static V add(V a, V b) { return _mm512_add_ps(a, b); }
     static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
     static float sum(V v) { return _mm512_reduce_add_ps(v); }
+    static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+    static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
+    static V max(V a, V b) { return _mm512_max_ps(a, b); }
+    static float maxAll(V v) { return _mm512_reduce_max_ps(v); }
+    static V roundNearest(V v) { return _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+    // 2^n for whole n in [-126, 127], in the exponent bits.
+    static V pow2(V n)
+    {
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
+    }
+    // Rounded to bf16 / fp16 (to nearest, ties to even) and widened back.
+    static V roundedBf16(V v)
+    {
+        const __m512i b = _mm512_castps_si512(v);
+        const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+        const __m512i r = _mm512_add_epi32(_mm512_add_epi32(b, _mm512_set1_epi32(0x7fff)), odd);
+        return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32(int(0xffff0000u))));
+    }
+    static V roundedF16(V v) { return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
     static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
     static V load(const float* p) { return _mm512_loadu_ps(p); }
     static V load(const Bf16* p) { return widenBf16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
@@ -132,6 +151,11 @@ void bf16AccAvx512(const void* w, const float* p, int64_t k, int64_t n, float* y
 void f16AccAvx512(const void* w, const float* p, int64_t k, int64_t n, float* y)
 {
     accumulateRows<F16>(w, p, k, n, y);
+}
+
+float softmaxAvx512(float* p, int64_t n, float scale, int round)
+{
+    return softmaxWeights(p, n, scale, round);
 }
 
 void widenF16Avx512(const void* src, float* dst, int64_t n)

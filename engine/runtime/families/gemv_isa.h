@@ -11,8 +11,12 @@
 // that halved the speed), one load of x shared by the rows.
 #include "gemv_rows.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <immintrin.h>
+#include <limits>
 
 namespace {
 
@@ -260,6 +264,72 @@ void accumulateRows(const void* w, const float* p, int64_t k, int64_t n, float* 
         for (int64_t j = 0; j < k; j += N)
             Isa::store(y + j, Isa::fma(Isa::load(wp + r * k + j), s, Isa::load(y + j)));
     }
+}
+
+// e^x for x <= 0, one vector at a time: x = n ln2 + r with |r| <= ln2 / 2,
+// e^r by Cephes' expf polynomial, times 2^n built in the exponent bits.
+// Below -87.3 (e^x under 2^-126, the smallest normal float) it gives about
+// 2^-126 rather than a subnormal or 0: nothing softmax's sums can tell.
+inline typename Isa::V expNonPositive(typename Isa::V x)
+{
+    using V = typename Isa::V;
+    x = Isa::max(x, Isa::set(-87.33654f));
+    const V n = Isa::roundNearest(Isa::mul(x, Isa::set(1.44269504088896341f)));
+    V r = Isa::fma(n, Isa::set(-0.693359375f), x); // ln 2 in two parts, so n ln2 is exact enough
+    r = Isa::fma(n, Isa::set(2.12194440e-4f), r);
+    V e = Isa::set(1.9875691500e-4f);
+    e = Isa::fma(e, r, Isa::set(1.3981999507e-3f));
+    e = Isa::fma(e, r, Isa::set(8.3334519073e-3f));
+    e = Isa::fma(e, r, Isa::set(4.1665795894e-2f));
+    e = Isa::fma(e, r, Isa::set(1.6666665459e-1f));
+    e = Isa::fma(e, r, Isa::set(5.0000001201e-1f));
+    e = Isa::fma(e, Isa::mul(r, r), Isa::add(r, Isa::set(1.0f)));
+    return Isa::mul(e, Isa::pow2(n));
+}
+
+// v rounded to bf16 (to nearest, ties to even; finite v) and back, as
+// c10::BFloat16(v) does.
+inline float roundedBf16(float v)
+{
+    uint32_t b;
+    std::memcpy(&b, &v, 4);
+    b = (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;
+    std::memcpy(&v, &b, 4);
+    return v;
+}
+inline float roundedF16(float v) { return _cvtsh_ss(_cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT)); }
+
+// rows::SoftmaxFn (gemv_rows.h): whole vectors here, the last n % N scores
+// one at a time with expf.
+inline float softmaxWeights(float* p, int64_t n, float scale, int round)
+{
+    using V = typename Isa::V;
+    constexpr int N = Isa::N;
+    const V s = Isa::set(scale);
+    V top = Isa::set(-std::numeric_limits<float>::infinity());
+    int64_t j = 0;
+    for (; j + N <= n; j += N) {
+        const V v = Isa::mul(Isa::load(p + j), s);
+        Isa::store(p + j, v);
+        top = Isa::max(top, v);
+    }
+    float most = Isa::maxAll(top);
+    for (int64_t i = j; i < n; ++i)
+        most = std::max(most, p[i] *= scale);
+    const V m = Isa::set(most);
+    V sum = Isa::zero();
+    for (j = 0; j + N <= n; j += N) {
+        const V e = expNonPositive(Isa::sub(Isa::load(p + j), m));
+        sum = Isa::add(sum, e);
+        Isa::store(p + j, round == 1 ? Isa::roundedBf16(e) : round == 2 ? Isa::roundedF16(e) : e);
+    }
+    float total = Isa::sum(sum);
+    for (int64_t i = j; i < n; ++i) {
+        const float e = std::exp(p[i] - most);
+        total += e;
+        p[i] = round == 1 ? roundedBf16(e) : round == 2 ? roundedF16(e) : e;
+    }
+    return total;
 }
 
 template <class T>

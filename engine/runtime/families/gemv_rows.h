@@ -42,6 +42,15 @@ void f32AccAvx512(const void* w, const float* p, int64_t k, int64_t n, float* y)
 void bf16AccAvx512(const void* w, const float* p, int64_t k, int64_t n, float* y);
 void f16AccAvx512(const void* w, const float* p, int64_t k, int64_t n, float* y);
 
+// Attention's softmax weights for one head, in place: p[i] := exp(p[i] *
+// scale - top), top the largest p[i] * scale, then rounded to bf16 (round
+// 1) or fp16 (round 2) where asked (0: kept in fp32). Returns the sum of the
+// weights before rounding. exp is a polynomial of the vector width (within
+// 2 ulp of expf), not libm's one element at a time.
+using SoftmaxFn = float (*)(float* p, int64_t n, float scale, int round);
+float softmaxAvx2(float* p, int64_t n, float scale, int round);
+float softmaxAvx512(float* p, int64_t n, float scale, int round);
+
 // n elements of fp16 or bf16 widened to fp32 (prefill's blocks, common.cpp).
 using WidenFn = void (*)(const void* src, float* dst, int64_t n);
 void widenF16Avx2(const void* src, float* dst, int64_t n);

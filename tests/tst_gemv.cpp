@@ -102,6 +102,7 @@ private slots:
     void softmaxWeightsAgainstDoubleExp();
     void attentionDeclinesWhatItCannotDo();
     void normAndRotaryAsLibTorch();
+    void siluMulAsLibTorch();
     void transposedAgainstDoubleSums_data();
     void transposedAgainstDoubleSums();
     void severalMatricesAsOne_data();
@@ -427,6 +428,42 @@ void TestGemv::normAndRotaryAsLibTorch()
             const at::Tensor want = q * cos + at::cat({-halves[1], halves[0]}, -1) * sin;
             QVERIFY2(at::equal(rotary(q, cos, sin), want), qPrintable(QString("%1 dim %2").arg(c10::toString(dt)).arg(dim)));
         }
+}
+
+void TestGemv::siluMulAsLibTorch()
+{
+    // The MLP's silu(gate) * up in one loop (runner.h siluMul) against
+    // LibTorch's two operations: within an ulp of the dtype, and for bf16 the
+    // same value in nearly every element (a different exp moves a rounding
+    // now and then; a missing rounding between silu and the product would
+    // move a fifth of them). Gates reach +-100, past where e^-x overflows a
+    // float, and the lengths cover vector tails.
+    std::mt19937 rng(23);
+    std::uniform_real_distribution<float> d(-12.0f, 12.0f);
+    for (at::ScalarType dt : {at::kFloat, at::kBFloat16})
+        for (int64_t n : {1, 15, 16, 17, 1000, 2816}) {
+            at::Tensor g = at::empty({1, n}), u = at::empty({1, n});
+            for (int64_t i = 0; i < n; ++i) {
+                g[0][i] = i % 97 == 5 ? (i % 2 ? 100.0f : -100.0f) : d(rng);
+                u[0][i] = d(rng);
+            }
+            g = g.to(dt);
+            u = u.to(dt);
+            const at::Tensor got = siluMul(g, u);
+            QCOMPARE(got.scalar_type(), dt);
+            QCOMPARE(got.sizes(), g.sizes());
+            QVERIFY(siluTimes(g, u).defined()); // the loop, not the fallback
+            const at::Tensor want = (at::silu(g) * u).to(at::kDouble), gd = got.to(at::kDouble);
+            const double ulp = dt == at::kBFloat16 ? 1.0 / 128 : 4e-7;
+            const double worst = ((gd - want).abs() / (want.abs() + 1e-30)).max().item<double>();
+            QVERIFY2(worst <= ulp, qPrintable(QString("%1 x %2: relative difference %3").arg(c10::toString(dt)).arg(n).arg(worst)));
+            if (dt == at::kBFloat16) {
+                const int64_t same = gd.eq(want).sum().item<int64_t>();
+                QVERIFY2(same >= n * 98 / 100, qPrintable(QString("bf16 x %1: %2 alike").arg(n).arg(same)));
+            }
+        }
+    QVERIFY(!siluTimes(at::ones({2, 16}), at::ones({2, 16})).defined()); // two rows
+    QVERIFY(!siluTimes(at::ones({1, 16}, at::kHalf), at::ones({1, 16}, at::kHalf)).defined());
 }
 
 void TestGemv::transposedAgainstDoubleSums_data() { addKernelRows(); }

@@ -251,6 +251,12 @@ at::Tensor rotary(const at::Tensor& q, const at::Tensor& cos, const at::Tensor& 
     return q * cos + rotateHalf(q) * sin;
 }
 
+at::Tensor siluMul(const at::Tensor& gate, const at::Tensor& up)
+{
+    at::Tensor y = siluTimes(gate, up);
+    return y.defined() ? y : at::silu(gate) * up;
+}
+
 at::Tensor embed(const at::Tensor& w, const at::Tensor& ids, at::ScalarType dtype)
 {
     return at::embedding(w, ids).to(dtype);

@@ -491,6 +491,24 @@ float softmaxWeights(GemvKernel kernel, float* p, int64_t n, float scale, int ro
     return f(p, n, scale, round);
 }
 
+at::Tensor siluTimes(const at::Tensor& gate, const at::Tensor& up)
+{
+#if STOWAGE_GEMV_X86
+    const at::ScalarType t = gate.scalar_type();
+    if (!cpu().avx2 || (t != at::kFloat && t != at::kBFloat16) || up.scalar_type() != t || !gate.is_cpu() ||
+        !up.is_cpu() || gate.dim() != 2 || gate.size(0) != 1 || gate.sizes() != up.sizes() ||
+        !gate.is_contiguous() || !up.is_contiguous())
+        return {};
+    at::Tensor out = at::empty_like(gate);
+    (cpu().avx512 ? rows::siluMulAvx512 : rows::siluMulAvx2)(gate.data_ptr(), up.data_ptr(), out.data_ptr(),
+                                                            gate.numel(), t == at::kBFloat16);
+    return out;
+#else
+    (void)gate, (void)up;
+    return {};
+#endif
+}
+
 at::Tensor gemvWith(GemvKernel kernel, const at::Tensor& w, const at::Tensor& x)
 {
     return gemvAllWith(kernel, {w}, x)[0];

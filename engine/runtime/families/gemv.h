@@ -89,6 +89,13 @@ at::Tensor attendOne(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 // the kernel, or for None.
 float softmaxWeights(GemvKernel kernel, float* p, int64_t n, float scale, int round);
 
+// silu(gate) * up for one row on the CPU, [1, n] fp32 or bf16 alike,
+// contiguous, as one loop a vector at a time (the exp of softmaxWeights),
+// with LibTorch's roundings of its two operations for bf16. Undefined where
+// it does not apply (another shape, dtype or device; no AVX2): the caller
+// runs at::silu(gate) * up.
+at::Tensor siluTimes(const at::Tensor& gate, const at::Tensor& up);
+
 // dst (fp32, contiguous) = src (fp16 or bf16, contiguous, as many
 // elements) widened: the engine's kernel where the CPU has one, else copy_.
 void widenInto(const at::Tensor& src, at::Tensor& dst);

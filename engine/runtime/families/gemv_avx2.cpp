@@ -27,6 +27,15 @@ struct Isa {
     static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
     static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
     static V max(V a, V b) { return _mm256_max_ps(a, b); }
+    static V min(V a, V b) { return _mm256_min_ps(a, b); }
+    static V div(V a, V b) { return _mm256_div_ps(a, b); }
+    // v already rounded to bf16 (roundedBf16): its upper halves stored.
+    static void storeBf16(Bf16* p, V v)
+    {
+        const __m256i hi = _mm256_srli_epi32(_mm256_castps_si256(v), 16); // eight values < 2^16
+        const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(p), packed);
+    }
     static float maxAll(V v)
     {
         __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -103,6 +112,11 @@ void f16AccAvx2(const void* w, const float* p, int64_t k, int64_t n, float* y)
 float softmaxAvx2(float* p, int64_t n, float scale, int round)
 {
     return softmaxWeights(p, n, scale, round);
+}
+
+void siluMulAvx2(const void* a, const void* b, void* out, int64_t n, bool bf16)
+{
+    bf16 ? siluTimes<Bf16>(a, b, out, n) : siluTimes<float>(a, b, out, n);
 }
 
 void widenF16Avx2(const void* src, float* dst, int64_t n)

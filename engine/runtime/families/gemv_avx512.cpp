@@ -24,6 +24,13 @@ struct Isa {
     static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
     static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
     static V max(V a, V b) { return _mm512_max_ps(a, b); }
+    static V min(V a, V b) { return _mm512_min_ps(a, b); }
+    static V div(V a, V b) { return _mm512_div_ps(a, b); }
+    // v already rounded to bf16 (roundedBf16): its upper halves stored.
+    static void storeBf16(Bf16* p, V v)
+    {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(v), 16)));
+    }
     static float maxAll(V v) { return _mm512_reduce_max_ps(v); }
     static V roundNearest(V v) { return _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
     // 2^n for whole n in [-126, 127], in the exponent bits.
@@ -156,6 +163,11 @@ void f16AccAvx512(const void* w, const float* p, int64_t k, int64_t n, float* y)
 float softmaxAvx512(float* p, int64_t n, float scale, int round)
 {
     return softmaxWeights(p, n, scale, round);
+}
+
+void siluMulAvx512(const void* a, const void* b, void* out, int64_t n, bool bf16)
+{
+    bf16 ? siluTimes<Bf16>(a, b, out, n) : siluTimes<float>(a, b, out, n);
 }
 
 void widenF16Avx512(const void* src, float* dst, int64_t n)

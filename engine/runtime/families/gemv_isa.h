@@ -266,14 +266,15 @@ void accumulateRows(const void* w, const float* p, int64_t k, int64_t n, float* 
     }
 }
 
-// e^x for x <= 0, one vector at a time: x = n ln2 + r with |r| <= ln2 / 2,
-// e^r by Cephes' expf polynomial, times 2^n built in the exponent bits.
-// Below -87.3 (e^x under 2^-126, the smallest normal float) it gives about
-// 2^-126 rather than a subnormal or 0: nothing softmax's sums can tell.
-inline typename Isa::V expNonPositive(typename Isa::V x)
+// e^x one vector at a time: x = n ln2 + r with |r| <= ln2 / 2, e^r by
+// Cephes' expf polynomial, times 2^n built in the exponent bits. x is held
+// to [-87.3, 88.7]: below, where e^x is under 2^-126 (the smallest normal
+// float), it gives about 2^-126 rather than a subnormal or 0, nothing
+// softmax's sums or silu can tell; above, about 2^127 rather than infinity.
+inline typename Isa::V expClamped(typename Isa::V x)
 {
     using V = typename Isa::V;
-    x = Isa::max(x, Isa::set(-87.33654f));
+    x = Isa::min(Isa::max(x, Isa::set(-87.33654f)), Isa::set(88.72283f));
     const V n = Isa::roundNearest(Isa::mul(x, Isa::set(1.44269504088896341f)));
     V r = Isa::fma(n, Isa::set(-0.693359375f), x); // ln 2 in two parts, so n ln2 is exact enough
     r = Isa::fma(n, Isa::set(2.12194440e-4f), r);
@@ -319,7 +320,7 @@ inline float softmaxWeights(float* p, int64_t n, float scale, int round)
     const V m = Isa::set(most);
     V sum = Isa::zero();
     for (j = 0; j + N <= n; j += N) {
-        const V e = expNonPositive(Isa::sub(Isa::load(p + j), m));
+        const V e = expClamped(Isa::sub(Isa::load(p + j), m));
         sum = Isa::add(sum, e);
         Isa::store(p + j, round == 1 ? Isa::roundedBf16(e) : round == 2 ? Isa::roundedF16(e) : e);
     }
@@ -330,6 +331,43 @@ inline float softmaxWeights(float* p, int64_t n, float scale, int round)
         p[i] = round == 1 ? roundedBf16(e) : round == 2 ? roundedF16(e) : e;
     }
     return total;
+}
+
+// rows::SiluMulFn (gemv_rows.h) for fp32 (T float) or bf16 (T Bf16).
+template <class T>
+void siluTimes(const void* a, const void* b, void* out, int64_t n)
+{
+    using V = typename Isa::V;
+    constexpr int N = Isa::N;
+    constexpr bool bf16 = sizeof(T) == 2;
+    const T* ap = static_cast<const T*>(a);
+    const T* bp = static_cast<const T*>(b);
+    T* op = static_cast<T*>(out);
+    const V one = Isa::set(1.0f), zero = Isa::zero();
+    int64_t j = 0;
+    for (; j + N <= n; j += N) {
+        const V x = Isa::load(ap + j);
+        if constexpr (bf16) { // each of x / (1 + exp(-x)) rounded, as LibTorch's bf16 vectors do
+            const V e = Isa::roundedBf16(expClamped(Isa::sub(zero, x)));
+            const V s = Isa::roundedBf16(Isa::div(x, Isa::roundedBf16(Isa::add(one, e))));
+            Isa::storeBf16(op + j, Isa::roundedBf16(Isa::mul(s, Isa::load(bp + j))));
+        } else {
+            const V s = Isa::div(x, Isa::add(one, expClamped(Isa::sub(zero, x))));
+            Isa::store(op + j, Isa::mul(s, Isa::load(bp + j)));
+        }
+    }
+    for (; j < n; ++j) {
+        if constexpr (bf16) {
+            const float x = Isa::sum(Isa::loadPart(ap + j, 1)), y = Isa::sum(Isa::loadPart(bp + j, 1));
+            const float s = roundedBf16(x / roundedBf16(1.0f + roundedBf16(std::exp(-x))));
+            const float r = roundedBf16(s * y);
+            uint32_t bits;
+            std::memcpy(&bits, &r, 4);
+            op[j].bits = uint16_t(bits >> 16);
+        } else {
+            op[j] = ap[j] / (1.0f + std::exp(-ap[j])) * bp[j];
+        }
+    }
 }
 
 template <class T>

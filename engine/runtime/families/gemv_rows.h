@@ -51,6 +51,13 @@ using SoftmaxFn = float (*)(float* p, int64_t n, float scale, int round);
 float softmaxAvx2(float* p, int64_t n, float scale, int round);
 float softmaxAvx512(float* p, int64_t n, float scale, int round);
 
+// out[i] = silu(a[i]) * b[i] = a[i] / (1 + e^-a[i]) * b[i] for n elements of
+// fp32 (bf16 false) or bf16, a bf16 result rounded after the silu and after
+// the product as LibTorch's two operations round it.
+using SiluMulFn = void (*)(const void* a, const void* b, void* out, int64_t n, bool bf16);
+void siluMulAvx2(const void* a, const void* b, void* out, int64_t n, bool bf16);
+void siluMulAvx512(const void* a, const void* b, void* out, int64_t n, bool bf16);
+
 // n elements of fp16 or bf16 widened to fp32 (prefill's blocks, common.cpp).
 using WidenFn = void (*)(const void* src, float* dst, int64_t n);
 void widenF16Avx2(const void* src, float* dst, int64_t n);

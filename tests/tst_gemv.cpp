@@ -400,34 +400,53 @@ void TestGemv::normAndRotaryAsLibTorch()
     // Decoding's loops for RMSNorm and rotary (runner.h) against the LibTorch
     // operations they replace, written out here: rotary bit for bit (the same
     // roundings), RMSNorm within one unit in the last place of the dtype (its
-    // sum of squares is summed in another order).
-    std::mt19937 rng(11);
-    for (at::ScalarType dt : {at::kFloat, at::kBFloat16})
-        for (int64_t n : {8, 64, 1024, 4096}) {
-            const at::Tensor x = uniform(3, n, rng, dt), w = uniform(1, n, rng, dt)[0];
-            at::Tensor f = x.to(at::kFloat);
-            f = f * at::rsqrt(f.pow(2).mean(-1, true) + 1e-5);
-            const at::Tensor want = (w * f.to(dt)).to(at::kFloat), got = rmsNorm(x, w, 1e-5).to(at::kFloat);
-            QCOMPARE(got.scalar_type(), at::kFloat);
-            const double ulp = dt == at::kBFloat16 ? 1.0 / 128 : 1e-6;
-            const double worst = ((got - want).abs() / (want.abs() + 1e-30)).max().item<double>();
-            QVERIFY2(worst <= ulp, qPrintable(QString("%1 x %2: relative difference %3").arg(c10::toString(dt)).arg(n).arg(worst)));
-        }
-    // fp16 weights beside fp32 activations (fp16 checkpoints on the CPU)
-    const at::Tensor x = uniform(2, 96, rng, at::kFloat), w = uniform(1, 96, rng, at::kHalf)[0];
-    at::Tensor f = x * at::rsqrt(x.pow(2).mean(-1, true) + 1e-6);
-    QVERIFY(at::allclose(rmsNorm(x, w, 1e-6), w * f, 1e-6, 1e-7));
+    // sum of squares is summed in another order). Each instruction set's
+    // loops (they follow fp32's GEMV kernel) and the scalar ones (none);
+    // lengths with and without vector tails.
+    const GemvKernel before = gemvKernelFor(at::kFloat);
+    for (GemvKernel k : gemvKernels(at::kFloat)) {
+        overrideGemvKernel(at::kFloat, k);
+        const char* kernel = gemvKernelName(k);
+        std::mt19937 rng(11);
+        for (at::ScalarType dt : {at::kFloat, at::kBFloat16})
+            for (int64_t n : {8, 64, 1000, 1024, 4096}) {
+                const at::Tensor x = uniform(3, n, rng, dt), w = uniform(1, n, rng, dt)[0];
+                at::Tensor f = x.to(at::kFloat);
+                f = f * at::rsqrt(f.pow(2).mean(-1, true) + 1e-5);
+                const at::Tensor want = (w * f.to(dt)).to(at::kFloat), got = rmsNorm(x, w, 1e-5).to(at::kFloat);
+                QCOMPARE(got.scalar_type(), at::kFloat);
+                const double ulp = dt == at::kBFloat16 ? 1.0 / 128 : 1e-6;
+                const double worst = ((got - want).abs() / (want.abs() + 1e-30)).max().item<double>();
+                QVERIFY2(worst <= ulp, qPrintable(QString("%1 %2 x %3: relative difference %4")
+                                                      .arg(kernel, c10::toString(dt))
+                                                      .arg(n)
+                                                      .arg(worst)));
+                // bf16: the same value nearly everywhere (only a scale an fp32
+                // ulp apart could move a rounding; without the one between
+                // the two products a quarter of them moved)
+                const int64_t same = got.eq(want).sum().item<int64_t>();
+                if (dt == at::kBFloat16)
+                    QVERIFY2(same >= 3 * n * 97 / 100,
+                             qPrintable(QString("%1 bf16 x %2: %3 of %4 alike").arg(kernel).arg(n).arg(same).arg(3 * n)));
+            }
+        // fp16 weights beside fp32 activations (fp16 checkpoints on the CPU)
+        const at::Tensor x = uniform(2, 96, rng, at::kFloat), w = uniform(1, 96, rng, at::kHalf)[0];
+        at::Tensor f = x * at::rsqrt(x.pow(2).mean(-1, true) + 1e-6);
+        QVERIFY2(at::allclose(rmsNorm(x, w, 1e-6), w * f, 1e-6, 1e-7), kernel);
 
-    for (at::ScalarType dt : {at::kFloat, at::kBFloat16})
-        for (int64_t dim : {2, 16, 64, 128}) {
-            const int64_t heads = 5;
-            // q as the runner holds it: [1, T, H, D] transposed to [1, H, T, D]
-            const at::Tensor q = uniform(heads, dim, rng, dt).view({1, 1, heads, dim}).transpose(1, 2);
-            const at::Tensor cos = uniform(1, dim, rng, dt), sin = uniform(1, dim, rng, dt);
-            const auto halves = q.chunk(2, -1);
-            const at::Tensor want = q * cos + at::cat({-halves[1], halves[0]}, -1) * sin;
-            QVERIFY2(at::equal(rotary(q, cos, sin), want), qPrintable(QString("%1 dim %2").arg(c10::toString(dt)).arg(dim)));
-        }
+        for (at::ScalarType dt : {at::kFloat, at::kBFloat16})
+            for (int64_t dim : {2, 16, 40, 64, 128}) {
+                const int64_t heads = 5;
+                // q as the runner holds it: [1, T, H, D] transposed to [1, H, T, D]
+                const at::Tensor q = uniform(heads, dim, rng, dt).view({1, 1, heads, dim}).transpose(1, 2);
+                const at::Tensor cos = uniform(1, dim, rng, dt), sin = uniform(1, dim, rng, dt);
+                const auto halves = q.chunk(2, -1);
+                const at::Tensor want = q * cos + at::cat({-halves[1], halves[0]}, -1) * sin;
+                QVERIFY2(at::equal(rotary(q, cos, sin), want),
+                         qPrintable(QString("%1 %2 dim %3").arg(kernel, c10::toString(dt)).arg(dim)));
+            }
+    }
+    overrideGemvKernel(at::kFloat, before);
 }
 
 void TestGemv::siluMulAsLibTorch()
@@ -435,33 +454,44 @@ void TestGemv::siluMulAsLibTorch()
     // The MLP's silu(gate) * up in one loop (runner.h siluMul) against
     // LibTorch's two operations: within an ulp of the dtype, and for bf16 the
     // same value in nearly every element (a different exp moves a rounding
-    // now and then; a missing rounding between silu and the product would
-    // move a fifth of them). Gates reach +-100, past where e^-x overflows a
-    // float, and the lengths cover vector tails.
-    std::mt19937 rng(23);
-    std::uniform_real_distribution<float> d(-12.0f, 12.0f);
-    for (at::ScalarType dt : {at::kFloat, at::kBFloat16})
-        for (int64_t n : {1, 15, 16, 17, 1000, 2816}) {
-            at::Tensor g = at::empty({1, n}), u = at::empty({1, n});
-            for (int64_t i = 0; i < n; ++i) {
-                g[0][i] = i % 97 == 5 ? (i % 2 ? 100.0f : -100.0f) : d(rng);
-                u[0][i] = d(rng);
+    // now and then; a missing rounding inside the silu or after the product
+    // moves a third or more). Gates reach +-100, past where e^-x overflows a
+    // float, and the lengths cover vector tails. Each instruction set's loop,
+    // and none (LibTorch's operations).
+    const GemvKernel before = gemvKernelFor(at::kFloat);
+    for (GemvKernel k : gemvKernels(at::kFloat)) {
+        overrideGemvKernel(at::kFloat, k);
+        const char* kernel = gemvKernelName(k);
+        std::mt19937 rng(23);
+        std::uniform_real_distribution<float> d(-12.0f, 12.0f);
+        for (at::ScalarType dt : {at::kFloat, at::kBFloat16})
+            for (int64_t n : {1, 7, 15, 16, 17, 1000, 2816}) {
+                at::Tensor g = at::empty({1, n}), u = at::empty({1, n});
+                for (int64_t i = 0; i < n; ++i) {
+                    g[0][i] = i % 97 == 5 ? (i % 2 ? 100.0f : -100.0f) : d(rng);
+                    u[0][i] = d(rng);
+                }
+                g = g.to(dt);
+                u = u.to(dt);
+                const at::Tensor got = siluMul(g, u);
+                QCOMPARE(got.scalar_type(), dt);
+                QCOMPARE(got.sizes(), g.sizes());
+                QCOMPARE(siluTimes(g, u).defined(), k != GemvKernel::None); // the loop where there is one
+                const at::Tensor want = (at::silu(g) * u).to(at::kDouble), gd = got.to(at::kDouble);
+                const double ulp = dt == at::kBFloat16 ? 1.0 / 128 : 4e-7;
+                const double worst = ((gd - want).abs() / (want.abs() + 1e-30)).max().item<double>();
+                QVERIFY2(worst <= ulp, qPrintable(QString("%1 %2 x %3: relative difference %4")
+                                                      .arg(kernel, c10::toString(dt))
+                                                      .arg(n)
+                                                      .arg(worst)));
+                if (dt == at::kBFloat16) {
+                    const int64_t same = gd.eq(want).sum().item<int64_t>();
+                    QVERIFY2(same >= n * 98 / 100,
+                             qPrintable(QString("%1 bf16 x %2: %3 alike").arg(kernel).arg(n).arg(same)));
+                }
             }
-            g = g.to(dt);
-            u = u.to(dt);
-            const at::Tensor got = siluMul(g, u);
-            QCOMPARE(got.scalar_type(), dt);
-            QCOMPARE(got.sizes(), g.sizes());
-            QVERIFY(siluTimes(g, u).defined()); // the loop, not the fallback
-            const at::Tensor want = (at::silu(g) * u).to(at::kDouble), gd = got.to(at::kDouble);
-            const double ulp = dt == at::kBFloat16 ? 1.0 / 128 : 4e-7;
-            const double worst = ((gd - want).abs() / (want.abs() + 1e-30)).max().item<double>();
-            QVERIFY2(worst <= ulp, qPrintable(QString("%1 x %2: relative difference %3").arg(c10::toString(dt)).arg(n).arg(worst)));
-            if (dt == at::kBFloat16) {
-                const int64_t same = gd.eq(want).sum().item<int64_t>();
-                QVERIFY2(same >= n * 98 / 100, qPrintable(QString("bf16 x %1: %2 alike").arg(n).arg(same)));
-            }
-        }
+    }
+    overrideGemvKernel(at::kFloat, before);
     QVERIFY(!siluTimes(at::ones({2, 16}), at::ones({2, 16})).defined()); // two rows
     QVERIFY(!siluTimes(at::ones({1, 16}, at::kHalf), at::ones({1, 16}, at::kHalf)).defined());
 }

@@ -218,7 +218,10 @@ at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w, double eps)
         ((xt == at::kFloat && (wt == at::kFloat || wt == at::kHalf)) || (xt == at::kBFloat16 && wt == xt))) {
         at::Tensor out = at::empty_like(x);
         const int64_t rows = x.numel() / n;
-        if (xt == at::kBFloat16)
+        if (const rows::RmsNormFn f = rmsNormKernel())
+            f(x.data_ptr(), w.data_ptr(), rows, n, float(eps), out.data_ptr(),
+              xt == at::kBFloat16 ? 2 : wt == at::kHalf ? 1 : 0);
+        else if (xt == at::kBFloat16)
             rmsNormRows(x.data_ptr<at::BFloat16>(), w.data_ptr<at::BFloat16>(), rows, n, float(eps),
                         out.data_ptr<at::BFloat16>());
         else if (wt == at::kHalf)
@@ -240,7 +243,10 @@ at::Tensor rotary(const at::Tensor& q, const at::Tensor& cos, const at::Tensor& 
         sin.is_contiguous() && cos.scalar_type() == t && sin.scalar_type() == t && cos.is_cpu() &&
         (t == at::kFloat || t == at::kBFloat16)) {
         at::Tensor out = at::empty({1, heads, 1, dim}, q.options());
-        if (t == at::kBFloat16)
+        if (const rows::RotaryFn f = rotaryKernel())
+            f(q.data_ptr(), q.stride(1), heads, dim, cos.data_ptr(), sin.data_ptr(), out.data_ptr(),
+              t == at::kBFloat16);
+        else if (t == at::kBFloat16)
             rotateHeads(q.data_ptr<at::BFloat16>(), q.stride(1), heads, dim, cos.data_ptr<at::BFloat16>(),
                         sin.data_ptr<at::BFloat16>(), out.data_ptr<at::BFloat16>());
         else

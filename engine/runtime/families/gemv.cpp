@@ -491,17 +491,52 @@ float softmaxWeights(GemvKernel kernel, float* p, int64_t n, float scale, int ro
     return f(p, n, scale, round);
 }
 
+namespace {
+// The instruction set of the elementwise loops: fp32's GEMV kernel's
+// (STOWAGE_GEMV=avx2 or none moves them too; the tests run each).
+GemvKernel elementwiseKernel()
+{
+    const GemvKernel k = gemvKernelFor(at::kFloat);
+    return k == GemvKernel::Avx512Bf16 ? GemvKernel::Avx512 : k;
+}
+} // namespace
+
+rows::RotaryFn rotaryKernel()
+{
+#if STOWAGE_GEMV_X86
+    switch (elementwiseKernel()) {
+    case GemvKernel::Avx2: return rows::rotaryAvx2;
+    case GemvKernel::Avx512: return rows::rotaryAvx512;
+    default: break;
+    }
+#endif
+    return nullptr;
+}
+
+rows::RmsNormFn rmsNormKernel()
+{
+#if STOWAGE_GEMV_X86
+    switch (elementwiseKernel()) {
+    case GemvKernel::Avx2: return rows::rmsNormAvx2;
+    case GemvKernel::Avx512: return rows::rmsNormAvx512;
+    default: break;
+    }
+#endif
+    return nullptr;
+}
+
 at::Tensor siluTimes(const at::Tensor& gate, const at::Tensor& up)
 {
 #if STOWAGE_GEMV_X86
     const at::ScalarType t = gate.scalar_type();
-    if (!cpu().avx2 || (t != at::kFloat && t != at::kBFloat16) || up.scalar_type() != t || !gate.is_cpu() ||
+    const GemvKernel k = elementwiseKernel();
+    if (k == GemvKernel::None || (t != at::kFloat && t != at::kBFloat16) || up.scalar_type() != t || !gate.is_cpu() ||
         !up.is_cpu() || gate.dim() != 2 || gate.size(0) != 1 || gate.sizes() != up.sizes() ||
         !gate.is_contiguous() || !up.is_contiguous())
         return {};
     at::Tensor out = at::empty_like(gate);
-    (cpu().avx512 ? rows::siluMulAvx512 : rows::siluMulAvx2)(gate.data_ptr(), up.data_ptr(), out.data_ptr(),
-                                                            gate.numel(), t == at::kBFloat16);
+    (k == GemvKernel::Avx2 ? rows::siluMulAvx2 : rows::siluMulAvx512)(gate.data_ptr(), up.data_ptr(),
+                                                                     out.data_ptr(), gate.numel(), t == at::kBFloat16);
     return out;
 #else
     (void)gate, (void)up;

@@ -12,6 +12,8 @@
 // it has no fp16 mv on the CPU at all, and OpenBLAS's sgemv, fast alone,
 // runs its own thread pool beside LibTorch's: on two cores the two pools
 // take turns yielding to each other in every decode step.
+#include "gemv_rows.h"
+
 #include <ATen/ATen.h>
 
 #include <string>
@@ -92,9 +94,18 @@ float softmaxWeights(GemvKernel kernel, float* p, int64_t n, float scale, int ro
 // silu(gate) * up for one row on the CPU, [1, n] fp32 or bf16 alike,
 // contiguous, as one loop a vector at a time (the exp of softmaxWeights),
 // with LibTorch's roundings of its two operations for bf16. Undefined where
-// it does not apply (another shape, dtype or device; no AVX2): the caller
+// it does not apply (another shape, dtype or device; fp32's GEMV kernel
+// None): the caller
 // runs at::silu(gate) * up.
 at::Tensor siluTimes(const at::Tensor& gate, const at::Tensor& up);
+
+// Decoding's rotary and RMSNorm loops (runner.h) a vector at a time, in the
+// instruction set of fp32's GEMV kernel (gemvKernelFor(kFloat); so are
+// siluTimes' and attendOne's), or nullptr where that is None: the caller's
+// scalar loops run. One position's rotary and a 1024-wide norm took 9 and 6 us in
+// the small bf16 model's decode step, one element at a time.
+rows::RotaryFn rotaryKernel();
+rows::RmsNormFn rmsNormKernel();
 
 // dst (fp32, contiguous) = src (fp16 or bf16, contiguous, as many
 // elements) widened: the engine's kernel where the CPU has one, else copy_.

@@ -370,6 +370,98 @@ void siluTimes(const void* a, const void* b, void* out, int64_t n)
     }
 }
 
+// One element widened to fp32, and an fp32 value (rounded to T already)
+// stored as T: the scalar tails of the loops below.
+inline float widened(float v) { return v; }
+inline float widened(Bf16 v)
+{
+    const uint32_t bits = uint32_t(v.bits) << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+}
+inline float widened(F16 v) { return _cvtsh_ss(v.bits); }
+inline void put(float* p, float v) { *p = v; }
+inline void put(Bf16* p, float v)
+{
+    uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    p->bits = uint16_t(bits >> 16);
+}
+// v as T stores it (bf16: rounded), still in fp32.
+template <class T>
+inline float asStored(float v)
+{
+    return sizeof(T) == 2 ? roundedBf16(v) : v;
+}
+template <class T>
+inline typename Isa::V asStored(typename Isa::V v)
+{
+    return sizeof(T) == 2 ? Isa::roundedBf16(v) : v;
+}
+inline void storeAs(float* p, typename Isa::V v) { Isa::store(p, v); }
+inline void storeAs(Bf16* p, typename Isa::V v) { Isa::storeBf16(p, v); }
+
+// rows::RotaryFn for T float or Bf16.
+template <class T>
+void rotateAll(const void* q, int64_t headStride, int64_t heads, int64_t dim, const void* cos, const void* sin,
+               void* out)
+{
+    using V = typename Isa::V;
+    constexpr int N = Isa::N;
+    const int64_t half = dim / 2;
+    const T* c = static_cast<const T*>(cos);
+    const T* s = static_cast<const T*>(sin);
+    for (int64_t h = 0; h < heads; ++h) {
+        const T* a = static_cast<const T*>(q) + h * headStride;
+        T* o = static_cast<T*>(out) + h * dim;
+        int64_t i = 0;
+        for (; i + N <= half; i += N) {
+            const V lo = Isa::load(a + i), hi = Isa::load(a + i + half);
+            const V turnedLo = asStored<T>(Isa::mul(Isa::sub(Isa::zero(), hi), Isa::load(s + i)));
+            const V turnedHi = asStored<T>(Isa::mul(lo, Isa::load(s + i + half)));
+            storeAs(o + i, asStored<T>(Isa::add(asStored<T>(Isa::mul(lo, Isa::load(c + i))), turnedLo)));
+            storeAs(o + i + half,
+                    asStored<T>(Isa::add(asStored<T>(Isa::mul(hi, Isa::load(c + i + half))), turnedHi)));
+        }
+        for (; i < half; ++i) {
+            const float lo = widened(a[i]), hi = widened(a[i + half]);
+            put(o + i, asStored<T>(asStored<T>(lo * widened(c[i])) + asStored<T>(-hi * widened(s[i]))));
+            put(o + i + half,
+                asStored<T>(asStored<T>(hi * widened(c[i + half])) + asStored<T>(lo * widened(s[i + half]))));
+        }
+    }
+}
+
+// rows::RmsNormFn for X float with W float or F16, or both Bf16.
+template <class X, class W>
+void rmsNormAll(const void* x, const void* w, int64_t rows, int64_t n, float eps, void* out)
+{
+    using V = typename Isa::V;
+    constexpr int N = Isa::N;
+    const W* wp = static_cast<const W*>(w);
+    for (int64_t r = 0; r < rows; ++r) {
+        const X* xp = static_cast<const X*>(x) + r * n;
+        X* op = static_cast<X*>(out) + r * n;
+        V a0 = Isa::zero(), a1 = Isa::zero();
+        int64_t j = 0;
+        for (; j + 2 * N <= n; j += 2 * N) {
+            const V v0 = Isa::load(xp + j), v1 = Isa::load(xp + j + N);
+            a0 = Isa::fma(v0, v0, a0);
+            a1 = Isa::fma(v1, v1, a1);
+        }
+        float squares = Isa::sum(Isa::add(a0, a1));
+        for (; j < n; ++j)
+            squares += widened(xp[j]) * widened(xp[j]);
+        const float scale = 1.0f / std::sqrt(squares / float(n) + eps);
+        const V sv = Isa::set(scale);
+        for (j = 0; j + N <= n; j += N)
+            storeAs(op + j, asStored<X>(Isa::mul(Isa::load(wp + j), asStored<X>(Isa::mul(Isa::load(xp + j), sv)))));
+        for (; j < n; ++j)
+            put(op + j, asStored<X>(widened(wp[j]) * asStored<X>(widened(xp[j]) * scale)));
+    }
+}
+
 template <class T>
 void widenAll(const void* src, float* dst, int64_t n)
 {

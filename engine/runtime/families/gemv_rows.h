@@ -58,6 +58,24 @@ using SiluMulFn = void (*)(const void* a, const void* b, void* out, int64_t n, b
 void siluMulAvx2(const void* a, const void* b, void* out, int64_t n, bool bf16);
 void siluMulAvx512(const void* a, const void* b, void* out, int64_t n, bool bf16);
 
+// Rotary for one position (runner.h rotary): out[h] = q[h] * cos +
+// rotate_half(q[h]) * sin for `heads` heads of `dim` (q's heads `headStride`
+// elements apart, out's contiguous), all fp32 or all bf16; bf16 rounded
+// after each product and the sum, as LibTorch's operations round them.
+using RotaryFn = void (*)(const void* q, int64_t headStride, int64_t heads, int64_t dim, const void* cos,
+                          const void* sin, void* out, bool bf16);
+void rotaryAvx2(const void* q, int64_t headStride, int64_t heads, int64_t dim, const void* cos, const void* sin,
+                void* out, bool bf16);
+void rotaryAvx512(const void* q, int64_t headStride, int64_t heads, int64_t dim, const void* cos, const void* sin,
+                  void* out, bool bf16);
+
+// RMSNorm of `rows` rows of n (runner.h rmsNorm): x fp32 with w fp32 or
+// fp16, or x and w bf16 (kinds 0, 1, 2). Squares summed in fp32; x times
+// the scale rounded to x's dtype, then times w, rounded again.
+using RmsNormFn = void (*)(const void* x, const void* w, int64_t rows, int64_t n, float eps, void* out, int kind);
+void rmsNormAvx2(const void* x, const void* w, int64_t rows, int64_t n, float eps, void* out, int kind);
+void rmsNormAvx512(const void* x, const void* w, int64_t rows, int64_t n, float eps, void* out, int kind);
+
 // n elements of fp16 or bf16 widened to fp32 (prefill's blocks, common.cpp).
 using WidenFn = void (*)(const void* src, float* dst, int64_t n);
 void widenF16Avx2(const void* src, float* dst, int64_t n);

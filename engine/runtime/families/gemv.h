@@ -75,8 +75,10 @@ at::Tensor gemvT(const at::Tensor& w, const at::Tensor& x);
 // Attention of one new position over the cache on the CPU: q [1, H, 1, D],
 // k and v [1, KV, S, D] with each head's positions one after another (the
 // KV cache's layout), in q's dtype or fp16 with an fp32 q (an fp16
-// checkpoint's cache, runner.h); scores, softmax and sums in fp32, heads shared by the
-// GEMV threads. Undefined when it does not apply (another device or layout,
+// checkpoint's cache, runner.h); scores, softmax and sums in fp32, the heads
+// dealt to the GEMV threads in a fixed interleave (each hints its next
+// head's keys and values ahead). Undefined when it does not apply (another
+// device or layout,
 // D not a multiple of the vector width, no AVX2): the caller falls back to
 // LibTorch, whose per-operation cost was most of a small model's attention
 // (bf16: 300 us a layer at 100 positions, against a few here).

@@ -491,6 +491,7 @@ float softmaxWeights(GemvKernel kernel, float* p, int64_t n, float scale, int ro
     return f(p, n, scale, round);
 }
 
+#if STOWAGE_GEMV_X86
 namespace {
 // The instruction set of the elementwise loops: fp32's GEMV kernel's
 // (STOWAGE_GEMV=avx2 or none moves them too; the tests run each).
@@ -500,6 +501,7 @@ GemvKernel elementwiseKernel()
     return k == GemvKernel::Avx512Bf16 ? GemvKernel::Avx512 : k;
 }
 } // namespace
+#endif
 
 rows::RotaryFn rotaryKernel()
 {
@@ -644,6 +646,7 @@ at::Tensor gemvT(const at::Tensor& w, const at::Tensor& x)
     return xt == at::kFloat ? y : y.to(xt);
 }
 
+#if STOWAGE_GEMV_X86
 namespace {
 // Element i of a contiguous fp32, bf16 or fp16 buffer, widened; and set,
 // rounded as Tensor::to rounds (to nearest, ties to even).
@@ -665,15 +668,9 @@ void setElement(void* p, at::ScalarType t, int64_t i, float v)
 // A hint that the line at p will be read soon, into L2; never faults. An
 // asm statement: GCC 12 at -O2 deleted _mm_prefetch calls under conditions
 // (gemv_isa.h).
-inline void prefetchToL2(const char* p)
-{
-#if STOWAGE_GEMV_X86
-    asm volatile("prefetcht1 %0" : : "m"(*p));
-#else
-    (void)p;
-#endif
-}
+inline void prefetchToL2(const char* p) { asm volatile("prefetcht1 %0" : : "m"(*p)); }
 } // namespace
+#endif
 
 at::Tensor attendOne(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale)
 {

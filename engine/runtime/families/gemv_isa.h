@@ -333,43 +333,6 @@ inline float softmaxWeights(float* p, int64_t n, float scale, int round)
     return total;
 }
 
-// rows::SiluMulFn (gemv_rows.h) for fp32 (T float) or bf16 (T Bf16).
-template <class T>
-void siluTimes(const void* a, const void* b, void* out, int64_t n)
-{
-    using V = typename Isa::V;
-    constexpr int N = Isa::N;
-    constexpr bool bf16 = sizeof(T) == 2;
-    const T* ap = static_cast<const T*>(a);
-    const T* bp = static_cast<const T*>(b);
-    T* op = static_cast<T*>(out);
-    const V one = Isa::set(1.0f), zero = Isa::zero();
-    int64_t j = 0;
-    for (; j + N <= n; j += N) {
-        const V x = Isa::load(ap + j);
-        if constexpr (bf16) { // each of x / (1 + exp(-x)) rounded, as LibTorch's bf16 vectors do
-            const V e = Isa::roundedBf16(expClamped(Isa::sub(zero, x)));
-            const V s = Isa::roundedBf16(Isa::div(x, Isa::roundedBf16(Isa::add(one, e))));
-            Isa::storeBf16(op + j, Isa::roundedBf16(Isa::mul(s, Isa::load(bp + j))));
-        } else {
-            const V s = Isa::div(x, Isa::add(one, expClamped(Isa::sub(zero, x))));
-            Isa::store(op + j, Isa::mul(s, Isa::load(bp + j)));
-        }
-    }
-    for (; j < n; ++j) {
-        if constexpr (bf16) {
-            const float x = Isa::sum(Isa::loadPart(ap + j, 1)), y = Isa::sum(Isa::loadPart(bp + j, 1));
-            const float s = roundedBf16(x / roundedBf16(1.0f + roundedBf16(std::exp(-x))));
-            const float r = roundedBf16(s * y);
-            uint32_t bits;
-            std::memcpy(&bits, &r, 4);
-            op[j].bits = uint16_t(bits >> 16);
-        } else {
-            op[j] = ap[j] / (1.0f + std::exp(-ap[j])) * bp[j];
-        }
-    }
-}
-
 // One element widened to fp32, and an fp32 value (rounded to T already)
 // stored as T: the scalar tails of the loops below.
 inline float widened(float v) { return v; }
@@ -401,6 +364,32 @@ inline typename Isa::V asStored(typename Isa::V v)
 }
 inline void storeAs(float* p, typename Isa::V v) { Isa::store(p, v); }
 inline void storeAs(Bf16* p, typename Isa::V v) { Isa::storeBf16(p, v); }
+
+// rows::SiluMulFn (gemv_rows.h) for fp32 (T float) or bf16 (T Bf16): for
+// bf16 each of x / (1 + exp(-x)) rounded, and the product, as LibTorch's
+// bf16 vectors do.
+template <class T>
+void siluTimes(const void* a, const void* b, void* out, int64_t n)
+{
+    using V = typename Isa::V;
+    constexpr int N = Isa::N;
+    const T* ap = static_cast<const T*>(a);
+    const T* bp = static_cast<const T*>(b);
+    T* op = static_cast<T*>(out);
+    const V one = Isa::set(1.0f);
+    int64_t j = 0;
+    for (; j + N <= n; j += N) {
+        const V x = Isa::load(ap + j);
+        const V e = asStored<T>(expClamped(Isa::sub(Isa::zero(), x)));
+        const V s = asStored<T>(Isa::div(x, asStored<T>(Isa::add(one, e))));
+        storeAs(op + j, asStored<T>(Isa::mul(s, Isa::load(bp + j))));
+    }
+    for (; j < n; ++j) {
+        const float x = widened(ap[j]);
+        const float s = asStored<T>(x / asStored<T>(1.0f + asStored<T>(std::exp(-x))));
+        put(op + j, asStored<T>(s * widened(bp[j])));
+    }
+}
 
 // rows::RotaryFn for T float or Bf16.
 template <class T>

@@ -119,16 +119,19 @@ std::atomic<int64_t>& ahead()
     return bytes;
 }
 
-// y[r0, r1) rounded to bf16 or fp16 as Tensor::to does (to nearest, ties to even).
-void roundRows(const float* y, void* out, at::ScalarType type, int64_t r0, int64_t r1)
+// out[at, at + n) of `type` (fp32, bf16 or fp16) = y[0, n), rounded as
+// Tensor::to does (to nearest, ties to even).
+void storeIn(void* out, at::ScalarType type, int64_t at, const float* y, int64_t n)
 {
-    if (type == at::kBFloat16) {
-        auto* o = static_cast<at::BFloat16*>(out);
-        for (int64_t i = r0; i < r1; ++i)
+    if (type == at::kFloat) {
+        std::copy(y, y + n, static_cast<float*>(out) + at);
+    } else if (type == at::kBFloat16) {
+        auto* o = static_cast<at::BFloat16*>(out) + at;
+        for (int64_t i = 0; i < n; ++i)
             o[i] = at::BFloat16(y[i]);
     } else {
-        auto* o = static_cast<at::Half*>(out);
-        for (int64_t i = r0; i < r1; ++i)
+        auto* o = static_cast<at::Half*>(out) + at;
+        for (int64_t i = 0; i < n; ++i)
             o[i] = at::Half(y[i]);
     }
 }
@@ -463,7 +466,7 @@ std::vector<at::Tensor> gemvAllWith(GemvKernel kernel, const std::vector<at::Ten
             const Chunk& ch = s.chunks[c];
             s.f(ch.data, s.x, s.k, ch.r0, ch.r1, ch.y, s.ahead);
             if (ch.rounded)
-                roundRows(ch.y, ch.rounded, s.type, ch.r0, ch.r1);
+                storeIn(ch.rounded, s.type, ch.r0, ch.y + ch.r0, ch.r1 - ch.r0);
         }
     }, &work, chunks.front().data, size_t(ws[0].size(0) * rowBytes));
     return ys;
@@ -648,22 +651,12 @@ at::Tensor gemvT(const at::Tensor& w, const at::Tensor& x)
 
 #if STOWAGE_GEMV_X86
 namespace {
-// Element i of a contiguous fp32, bf16 or fp16 buffer, widened; and set,
-// rounded as Tensor::to rounds (to nearest, ties to even).
+// Element i of a contiguous fp32, bf16 or fp16 buffer, widened.
 float element(const void* p, at::ScalarType t, int64_t i)
 {
     return t == at::kFloat      ? static_cast<const float*>(p)[i]
            : t == at::kBFloat16 ? float(static_cast<const at::BFloat16*>(p)[i])
                                 : float(static_cast<const at::Half*>(p)[i]);
-}
-void setElement(void* p, at::ScalarType t, int64_t i, float v)
-{
-    if (t == at::kFloat)
-        static_cast<float*>(p)[i] = v;
-    else if (t == at::kBFloat16)
-        static_cast<at::BFloat16*>(p)[i] = at::BFloat16(v);
-    else
-        static_cast<at::Half*>(p)[i] = at::Half(v);
 }
 // A hint that the line at p will be read soon, into L2; never faults. An
 // asm statement: GCC 12 at -O2 deleted _mm_prefetch calls under conditions
@@ -763,7 +756,8 @@ at::Tensor attendOne(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
             s.acc(s.v + kv * s.vHead, p, s.dim, s.positions, o);
             const float inv = float(1.0 / sum);
             for (int64_t d = 0; d < s.dim; ++d)
-                setElement(s.out, s.dt, h * s.dim + d, o[d] * inv);
+                o[d] *= inv;
+            storeIn(s.out, s.dt, h * s.dim, o, s.dim);
         }
     }, &work);
     return out;

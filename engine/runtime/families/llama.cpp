@@ -2,11 +2,10 @@
 // (per-head q/k RMSNorm before rotary), following transformers' modeling files.
 #include "runner.h"
 
-#include <algorithm>
 #include <cmath>
 #include <initializer_list>
-#include <memory>
 #include <utility>
+#include <vector>
 
 namespace stowage::arch {
 namespace {
@@ -66,7 +65,9 @@ public:
             UnitScope u(m_store, "model.embed_tokens", idsOn);
             h = embed(u.w("weight"), idsOn[0], m_store.computeDType());
         }
-        const Rope rope = rotaryTable(past, T);
+        RopeTable prefill;
+        RopeTable& positions = T == 1 ? decodeTable(past) : (prefill = table(past, T));
+        RopeRows rope{positions, past - positions.from, T, {}};
         for (int64_t l = 0; l < m_layers; ++l) {
             UnitScope u(m_store, "model.layers." + std::to_string(l), h);
             const auto [cos, sin] = rope.on(u.device(), h.scalar_type());
@@ -102,69 +103,71 @@ public:
     }
 
 private:
-    // cos/sin of rotary for positions [from, from + count), in float32 as
-    // LlamaRotaryEmbedding computes them, with copies in the layers' devices
-    // and dtypes made once each. Decoding takes one position at a time from a
-    // table of kRopeBlock made at once (the same elementwise operations, so
-    // the same values): a step's five LibTorch operations and a conversion a
-    // layer cost 120 us of the small bf16 model's 7.7 ms token, caches cold
-    // from the weights' stream.
-    struct Rope {
+    // cos/sin of rotary in float32, as LlamaRotaryEmbedding computes them.
+    // Decoding takes one position at a time from a table of kRopeBlock
+    // positions made at once (the same elementwise operations, so the same
+    // values), converted once to each layer device and dtype: a step's five
+    // LibTorch operations and a conversion a layer cost 120 us of the small
+    // bf16 model's 7.7 ms token, caches cold from the weights' stream.
+    struct RopeCopy {
+        at::Device device;
+        at::ScalarType type;
+        at::Tensor cos, sin;
+    };
+    static RopeCopy* find(std::vector<RopeCopy>& copies, at::Device device, at::ScalarType type)
+    {
+        for (RopeCopy& c : copies)
+            if (c.device == device && c.type == type)
+                return &c;
+        return nullptr;
+    }
+    // Positions [from, from + count): [0] float32 on the CPU, then the copies
+    // the layers asked for.
+    struct RopeTable {
         int64_t from = 0, count = 0;
-        struct Copy {
-            at::Device device;
-            at::ScalarType type;
-            at::Tensor cos, sin;
-        };
-        std::shared_ptr<std::vector<Copy>> copies; // [0]: float32 on the CPU
-        int64_t first = 0, length = 0;              // the rows a forward uses
-        mutable std::vector<Copy> rows;             // those rows of each copy, as used
-        std::pair<at::Tensor, at::Tensor> on(at::Device device, at::ScalarType type) const
+        std::vector<RopeCopy> copies;
+        const RopeCopy& on(at::Device device, at::ScalarType type)
         {
-            for (const Copy& r : rows)
-                if (r.device == device && r.type == type)
-                    return {r.cos, r.sin};
-            auto c = std::find_if(copies->begin(), copies->end(),
-                                  [&](const Copy& c) { return c.device == device && c.type == type; });
-            if (c == copies->end()) {
-                const Copy& f = copies->front();
-                copies->push_back({device, type, f.cos.to(device, type), f.sin.to(device, type)});
-                c = copies->end() - 1;
+            if (const RopeCopy* c = find(copies, device, type))
+                return *c;
+            const RopeCopy& f = copies.front();
+            copies.push_back({device, type, f.cos.to(device, type), f.sin.to(device, type)});
+            return copies.back();
+        }
+    };
+    // The rows [first, first + length) of a table one forward uses, narrowed
+    // once a device and dtype (two operations a layer otherwise).
+    struct RopeRows {
+        RopeTable& table;
+        int64_t first, length;
+        std::vector<RopeCopy> rows;
+        std::pair<at::Tensor, at::Tensor> on(at::Device device, at::ScalarType type)
+        {
+            const RopeCopy* r = find(rows, device, type);
+            if (!r) {
+                const RopeCopy& c = table.on(device, type);
+                rows.push_back({device, type, c.cos.narrow(0, first, length), c.sin.narrow(0, first, length)});
+                r = &rows.back();
             }
-            rows.push_back({device, type, c->cos.narrow(0, first, length), c->sin.narrow(0, first, length)});
-            return {rows.back().cos, rows.back().sin};
+            return {r->cos, r->sin};
         }
     };
     static constexpr int64_t kRopeBlock = 64;
 
-    Rope table(int64_t from, int64_t count) const
+    RopeTable table(int64_t from, int64_t count) const
     {
         at::Tensor pos = at::arange(from, from + count, at::kFloat);
         at::Tensor freqs = at::outer(pos, m_invFreq);
         at::Tensor emb = at::cat({freqs, freqs}, -1);
-        Rope r;
-        r.from = from;
-        r.count = count;
-        r.copies = std::make_shared<std::vector<Rope::Copy>>();
-        r.copies->push_back({at::Device(at::kCPU), at::kFloat, emb.cos(), emb.sin()});
-        return r;
+        return {from, count, {{at::Device(at::kCPU), at::kFloat, emb.cos(), emb.sin()}}};
     }
 
-    // The rows of positions [past, past + T): one decode step's from the kept
-    // table (made anew when it runs out), a longer block's made for it.
-    Rope rotaryTable(int64_t past, int64_t T)
+    // Decoding's table, made anew when `past` runs past it.
+    RopeTable& decodeTable(int64_t past)
     {
-        Rope r;
-        if (T == 1) {
-            if (m_rope.count == 0 || past < m_rope.from || past >= m_rope.from + m_rope.count)
-                m_rope = table(past, kRopeBlock);
-            r = m_rope;
-        } else {
-            r = table(past, T);
-        }
-        r.first = past - r.from;
-        r.length = T;
-        return r;
+        if (m_rope.count == 0 || past < m_rope.from || past >= m_rope.from + m_rope.count)
+            m_rope = table(past, kRopeBlock);
+        return m_rope;
     }
 
     at::Tensor inverseFrequencies(const ModelConfig& c) const
@@ -195,7 +198,7 @@ private:
     double m_eps;
     bool m_qkvBias, m_oBias, m_mlpBias;
     at::Tensor m_invFreq;
-    Rope m_rope; // decoding's table
+    RopeTable m_rope; // decoding's
 };
 
 } // namespace

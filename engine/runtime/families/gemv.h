@@ -78,10 +78,10 @@ at::Tensor gemvT(const at::Tensor& w, const at::Tensor& x);
 // checkpoint's cache, runner.h); scores, softmax and sums in fp32, the heads
 // dealt to the GEMV threads in a fixed interleave (each hints its next
 // head's keys and values ahead). Undefined when it does not apply (another
-// device or layout,
-// D not a multiple of the vector width, no AVX2): the caller falls back to
-// LibTorch, whose per-operation cost was most of a small model's attention
-// (bf16: 300 us a layer at 100 positions, against a few here).
+// device or layout, D not a multiple of the vector width, no AVX2): the
+// caller falls back to LibTorch, whose per-operation cost was most of a
+// small model's attention (bf16: 300 us a layer at 100 positions, against
+// a few here).
 at::Tensor attendOne(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale);
 
 // attendOne's softmax weights for one head, in place, with `kernel` (Avx2,
@@ -97,15 +97,14 @@ float softmaxWeights(GemvKernel kernel, float* p, int64_t n, float scale, int ro
 // contiguous, as one loop a vector at a time (the exp of softmaxWeights),
 // with LibTorch's roundings of its two operations for bf16. Undefined where
 // it does not apply (another shape, dtype or device; fp32's GEMV kernel
-// None): the caller
-// runs at::silu(gate) * up.
+// None): the caller runs at::silu(gate) * up.
 at::Tensor siluTimes(const at::Tensor& gate, const at::Tensor& up);
 
 // Decoding's rotary and RMSNorm loops (runner.h) a vector at a time, in the
 // instruction set of fp32's GEMV kernel (gemvKernelFor(kFloat); so are
 // siluTimes' and attendOne's), or nullptr where that is None: the caller's
-// scalar loops run. One position's rotary and a 1024-wide norm took 9 and 6 us in
-// the small bf16 model's decode step, one element at a time.
+// scalar loops run. One position's rotary and a 1024-wide norm took 9 and
+// 6 us in the small bf16 model's decode step, one element at a time.
 rows::RotaryFn rotaryKernel();
 rows::RmsNormFn rmsNormKernel();
 

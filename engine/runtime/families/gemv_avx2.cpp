@@ -116,24 +116,18 @@ float softmaxAvx2(float* p, int64_t n, float scale, int round)
 
 void siluMulAvx2(const void* a, const void* b, void* out, int64_t n, bool bf16)
 {
-    bf16 ? siluTimes<Bf16>(a, b, out, n) : siluTimes<float>(a, b, out, n);
+    siluMulOf(a, b, out, n, bf16);
 }
 
 void rotaryAvx2(const void* q, int64_t headStride, int64_t heads, int64_t dim, const void* cos, const void* sin,
                 void* out, bool bf16)
 {
-    bf16 ? rotateAll<Bf16>(q, headStride, heads, dim, cos, sin, out)
-         : rotateAll<float>(q, headStride, heads, dim, cos, sin, out);
+    rotaryOf(q, headStride, heads, dim, cos, sin, out, bf16);
 }
 
 void rmsNormAvx2(const void* x, const void* w, int64_t rows, int64_t n, float eps, void* out, int kind)
 {
-    if (kind == 2)
-        rmsNormAll<Bf16, Bf16>(x, w, rows, n, eps, out);
-    else if (kind == 1)
-        rmsNormAll<float, F16>(x, w, rows, n, eps, out);
-    else
-        rmsNormAll<float, float>(x, w, rows, n, eps, out);
+    rmsNormOf(x, w, rows, n, eps, out, kind);
 }
 
 void widenF16Avx2(const void* src, float* dst, int64_t n)

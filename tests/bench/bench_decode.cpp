@@ -308,7 +308,11 @@ int runCase(const CaseSpec& c)
             return s;
         };
         readProbe(); // maps the pages in
-        m->resetCache();
+        // The positions the steps below can reach, as generate() tells the
+        // model (its cache is then taken once, not grown and copied: growing
+        // cost the small bf16 case 50 us a step more than `stowage-cli`'s
+        // decode, Intel Xeon 2026-12-05).
+        m->resetCache(c.prompt + 20 * c.steps + 1);
         std::vector<float> logits = m->forward(ids);
         // At least `steps` steps and 2 s in all (the small shape's 24 steps
         // took 0.3 s: one level of the VM's bandwidth, or a switch, decided it).

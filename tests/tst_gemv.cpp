@@ -108,6 +108,8 @@ private slots:
     void severalMatricesAsOne_data();
     void severalMatricesAsOne();
     void severalMatricesRejected();
+    void addedAndWidenedAsLibTorch_data();
+    void addedAndWidenedAsLibTorch();
     void readsAheadIntoFreedMemorySafely();
     void hintsPastTheEndNeverFault_data();
     void hintsPastTheEndNeverFault();
@@ -594,6 +596,48 @@ void TestGemv::severalMatricesRejected()
         QVERIFY_THROWS_EXCEPTION(std::invalid_argument, gemvAllWith(k, {w, at::zeros({4, 9})}, x));
         QCOMPARE(gemvAllWith(k, std::vector<at::Tensor>(kGemvMatrices, w), x).size(), kGemvMatrices);
     }
+}
+
+void TestGemv::addedAndWidenedAsLibTorch_data() { addKernelRows(); }
+
+void TestGemv::addedAndWidenedAsLibTorch()
+{
+    // What the runners ask of a job beyond W x (GemvAfter): a row x [1, in]
+    // gives rows [1, out]; h + linear(x) and linear(x).float() come out bit
+    // for bit as LibTorch's operations on the plain product give them (its
+    // add rounds the product to x's dtype first, then the sum), on values
+    // whose sums round (uniform, not integers), row counts with tails.
+    QFETCH(int, kernel);
+    QFETCH(int, wdtype);
+    QFETCH(int, xdtype);
+    const auto k = GemvKernel(kernel);
+    const auto wt = at::ScalarType(wdtype), xt = at::ScalarType(xdtype);
+    std::mt19937 rng(21);
+    for (int64_t in : {64, 515}) {
+        const std::vector<at::Tensor> ws = {uniform(1029, in, rng, wt), uniform(40, in, rng, wt)};
+        const at::Tensor x = uniform(1, in, rng, xt);
+        const std::vector<at::Tensor> hs = {uniform(1, 1029, rng, xt), uniform(1, 40, rng, xt)};
+        const std::vector<at::Tensor> ys = gemvAllWith(k, ws, x);
+        const std::vector<at::Tensor> sums = gemvAllWith(k, ws, x, {hs, false});
+        const std::vector<at::Tensor> wide = gemvAllWith(k, ws, x, {{}, true});
+        for (size_t m = 0; m < ws.size(); ++m) {
+            QCOMPARE(ys[m].sizes(), at::IntArrayRef({1, ws[m].size(0)}));
+            QVERIFY(at::equal(ys[m][0], gemvWith(k, ws[m], x[0])));
+            QCOMPARE(sums[m].scalar_type(), xt);
+            QVERIFY(at::equal(sums[m], hs[m] + ys[m]));
+            QVERIFY(!at::equal(sums[m], ys[m])); // something was added
+            QCOMPARE(wide[m].scalar_type(), at::kFloat);
+            QVERIFY(at::equal(wide[m], ys[m].to(at::kFloat)));
+        }
+    }
+    const at::Tensor w = uniform(8, 16, rng, wt), x = uniform(1, 16, rng, xt), h = uniform(1, 8, rng, xt);
+    QVERIFY_THROWS_EXCEPTION(std::invalid_argument, gemvAllWith(k, {w}, uniform(2, 16, rng, xt)));
+    QVERIFY_THROWS_EXCEPTION(std::invalid_argument, gemvAllWith(k, {w}, x, {{h, h}, false}));
+    QVERIFY_THROWS_EXCEPTION(std::invalid_argument, gemvAllWith(k, {w}, x, {{uniform(1, 9, rng, xt)}, false}));
+    QVERIFY_THROWS_EXCEPTION(std::invalid_argument, gemvAllWith(k, {w}, x, {{h[0]}, false}));
+    QVERIFY_THROWS_EXCEPTION(std::invalid_argument, gemvAllWith(k, {w}, x, {{h}, true}));
+    if (xt != at::kFloat)
+        QVERIFY_THROWS_EXCEPTION(std::invalid_argument, gemvAllWith(k, {w}, x, {{h.to(at::kFloat)}, false}));
 }
 
 void TestGemv::readsAheadIntoFreedMemorySafely()

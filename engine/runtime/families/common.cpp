@@ -160,8 +160,8 @@ at::Tensor dense(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b)
     // One row on the CPU is a matrix-vector product (gemv.h): the engine's
     // kernel for this CPU, else at::mv.
     if (gemvFits(x, w)) {
-        at::Tensor y = gemv(w, x[0]);
-        return (b.defined() ? y + like(b, y) : y).unsqueeze(0);
+        at::Tensor y = gemvAll({w}, x)[0];
+        return b.defined() ? y + like(b, y) : y;
     }
     if (w.scalar_type() != x.scalar_type() && x.dim() == 2) {
         at::Tensor y = widenedProduct(x, w, false);
@@ -182,10 +182,26 @@ std::vector<at::Tensor> denseAll(const at::Tensor& x, const std::vector<at::Tens
             ys.push_back(dense(x, ws[i], i < bs.size() ? bs[i] : at::Tensor()));
         return ys;
     }
-    ys = gemvAll(ws, x[0]);
-    for (size_t i = 0; i < ys.size(); ++i)
-        ys[i] = (i < bs.size() && bs[i].defined() ? ys[i] + like(bs[i], ys[i]) : ys[i]).unsqueeze(0);
+    ys = gemvAll(ws, x);
+    for (size_t i = 0; i < ys.size() && i < bs.size(); ++i)
+        if (bs[i].defined())
+            ys[i] = ys[i] + like(bs[i], ys[i]);
     return ys;
+}
+
+at::Tensor addDense(const at::Tensor& h, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b)
+{
+    if (!b.defined() && gemvFits(x, w) && h.is_cpu() && h.is_contiguous() && h.scalar_type() == x.scalar_type() &&
+        h.dim() == 2 && h.size(0) == 1 && h.size(1) == w.size(0))
+        return gemvAll({w}, x, {{h}, false})[0];
+    return h + dense(x, w, b);
+}
+
+at::Tensor logits(const at::Tensor& x, const at::Tensor& w)
+{
+    if (gemvFits(x, w))
+        return gemvAll({w}, x, {{}, true})[0];
+    return dense(x, w).to(at::kFloat).cpu();
 }
 
 at::Tensor denseInOut(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b)

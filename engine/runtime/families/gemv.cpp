@@ -136,6 +136,26 @@ void storeIn(void* out, at::ScalarType type, int64_t at, const float* y, int64_t
     }
 }
 
+// T(float(add[i]) + float(T(y[i]))) for i in [at, at + n): LibTorch's
+// h + y for y rounded to T (its add widens both, sums in fp32, rounds).
+template <class T>
+void addRounded(const void* add, void* out, int64_t at, const float* y, int64_t n)
+{
+    const T* a = static_cast<const T*>(add) + at;
+    T* o = static_cast<T*>(out) + at;
+    for (int64_t i = 0; i < n; ++i)
+        o[i] = T(float(a[i]) + float(T(y[i])));
+}
+
+// out[at, at + n) = y[0, n) rounded to `type`, then widened (fp32 out).
+void storeRoundedAsFloat(float* out, at::ScalarType type, int64_t at, const float* y, int64_t n)
+{
+    for (int64_t i = 0; i < n; ++i)
+        out[at + i] = type == at::kBFloat16 ? float(at::BFloat16(y[i]))
+                      : type == at::kHalf   ? float(at::Half(y[i]))
+                                            : y[i];
+}
+
 inline void cpuRelax()
 {
 #if STOWAGE_GEMV_X86
@@ -366,36 +386,55 @@ void overrideGemvKernel(at::ScalarType dtype, GemvKernel kernel)
         chosen(dtype).store(int(kernel));
 }
 
-std::vector<at::Tensor> gemvAllWith(GemvKernel kernel, const std::vector<at::Tensor>& ws, const at::Tensor& x)
+std::vector<at::Tensor> gemvAllWith(GemvKernel kernel, const std::vector<at::Tensor>& ws, const at::Tensor& x2,
+                                    const GemvAfter& after)
 {
     if (!cpuHas(kernel))
         throw std::invalid_argument(std::string("this CPU cannot run the ") + gemvKernelName(kernel) + " kernel");
-    const at::ScalarType xt = x.scalar_type();
+    const at::ScalarType xt = x2.scalar_type();
     if (ws.empty() || ws.size() > kGemvMatrices)
         throw std::invalid_argument("gemv: 1 to " + std::to_string(kGemvMatrices) + " matrices");
+    const bool row = x2.dim() == 2; // [1, in] in, [1, out] out
+    if ((x2.dim() != 1 && !(row && x2.size(0) == 1)) || !x2.is_cpu())
+        throw std::invalid_argument("gemv: x [in] or [1, in], on the CPU");
+    const at::Tensor x = row ? x2.view({x2.size(1)}) : x2;
     const at::ScalarType wt = ws[0].scalar_type();
     for (const at::Tensor& w : ws)
-        if (w.dim() != 2 || x.dim() != 1 || w.size(1) != x.size(0) || !w.is_cpu() || !x.is_cpu() ||
-            w.scalar_type() != wt || !supportedDType(wt) || (xt != wt && xt != at::kFloat))
+        if (w.dim() != 2 || w.size(1) != x.size(0) || !w.is_cpu() || w.scalar_type() != wt || !supportedDType(wt) ||
+            (xt != wt && xt != at::kFloat))
             throw std::invalid_argument(
                 "gemv: W [out, in] (fp32, bf16 or fp16, all alike) and x [in] (fp32 or W's dtype), on the CPU");
+    const auto shaped = [&](int64_t n) { return row ? std::vector<int64_t>{1, n} : std::vector<int64_t>{n}; };
+    if (!after.add.empty()) {
+        if (after.add.size() != ws.size() || after.widen)
+            throw std::invalid_argument("gemv: one tensor to add to each product, not with widen");
+        for (size_t i = 0; i < ws.size(); ++i)
+            if (after.add[i].sizes() != at::IntArrayRef(shaped(ws[i].size(0))) || after.add[i].scalar_type() != xt ||
+                !after.add[i].is_contiguous() || !after.add[i].is_cpu())
+                throw std::invalid_argument("gemv: what is added must have the product's shape and dtype");
+    }
     // The kernels take fp32 x, but for the bf16 x bf16 products of vdpbf16ps.
     const rows::Fn f = rowsFor(kernel, wt, xt);
     const at::Tensor xin = f == rows::Fn(rows::bf16Dp) || xt == at::kFloat ? x.contiguous() : x.to(at::kFloat);
     std::vector<at::Tensor> ys;
     if (!f) {
-        for (const at::Tensor& w : ws)
-            ys.push_back(wt == xt && wt != at::kHalf ? at::mv(w, x) : at::mv(w.to(at::kFloat), xin).to(xt));
+        for (size_t i = 0; i < ws.size(); ++i) {
+            const at::Tensor& w = ws[i];
+            at::Tensor y = (wt == xt && wt != at::kHalf ? at::mv(w, x) : at::mv(w.to(at::kFloat), xin).to(xt))
+                               .view(shaped(w.size(0)));
+            ys.push_back(!after.add.empty() ? after.add[i] + y : after.widen ? y.to(at::kFloat) : y);
+        }
         return ys;
     }
-    // y in x's dtype. For bf16/fp16 the fp32 sums go to a reused buffer and
-    // the threads round their own rows (a y.to() after the call cost 4.3 us
-    // of each of the small bf16 model's 50 products a token).
+    // y in x's dtype (fp32 for `widen`). For bf16/fp16, or with something to
+    // add, the fp32 sums go to a reused buffer and the threads round (and
+    // add) their own rows (a y.to() after the call cost 4.3 us of each of
+    // the small bf16 model's 50 products a token).
     int64_t rowsInAll = 0;
     for (const at::Tensor& w : ws)
         rowsInAll += w.size(0);
     thread_local std::vector<float> sums;
-    if (xt != at::kFloat && sums.size() < size_t(rowsInAll))
+    if (sums.size() < size_t(rowsInAll))
         sums.resize(size_t(rowsInAll));
     // Rows in chunks the threads take in turn from a shared counter, not one
     // fixed share each: on a busy machine a thread that loses its core holds
@@ -412,7 +451,8 @@ std::vector<at::Tensor> gemvAllWith(GemvKernel kernel, const std::vector<at::Ten
     struct Chunk {
         const void* data;
         float* y;
-        void* rounded; // y in bf16/fp16, or nullptr
+        void* out;       // where the rows end up when not in y: in x's dtype, or fp32 for `widen`
+        const void* add; // GemvAfter::add's, or nullptr
         int64_t r0, r1;
     };
     struct Work {
@@ -420,6 +460,7 @@ std::vector<at::Tensor> gemvAllWith(GemvKernel kernel, const std::vector<at::Ten
         const void* x;
         int64_t k, ahead;
         at::ScalarType type;
+        bool widen;
         const Chunk* chunks;
         int64_t count;
         std::atomic<int64_t> next{0};
@@ -429,6 +470,7 @@ std::vector<at::Tensor> gemvAllWith(GemvKernel kernel, const std::vector<at::Ten
     work.k = x.size(0);
     work.ahead = gemvReadAhead();
     work.type = xt;
+    work.widen = after.widen;
     const int threads = std::max(1, at::get_num_threads());
     const int64_t rowBytes = std::max<int64_t>(1, work.k * int64_t(ws[0].element_size()));
     const int64_t minRows = std::max<int64_t>(8, (int64_t(256) << 10) / rowBytes);
@@ -437,20 +479,23 @@ std::vector<at::Tensor> gemvAllWith(GemvKernel kernel, const std::vector<at::Ten
     std::vector<at::Tensor> kept; // contiguous copies, alive for the job
     int64_t left = rowsInAll;
     float* sumsAt = sums.data();
-    for (const at::Tensor& w0 : ws) {
-        const at::Tensor w = w0.contiguous();
-        if (!w.is_same(w0))
+    for (size_t m = 0; m < ws.size(); ++m) {
+        const at::Tensor w = ws[m].contiguous();
+        if (!w.is_same(ws[m]))
             kept.push_back(w);
         const int64_t n = w.size(0);
-        ys.push_back(at::empty({n}, at::TensorOptions().dtype(xt)));
-        float* y = xt == at::kFloat ? ys.back().data_ptr<float>() : sumsAt;
-        void* rounded = xt == at::kFloat ? nullptr : ys.back().data_ptr();
+        ys.push_back(at::empty(shaped(n), at::TensorOptions().dtype(after.widen ? at::kFloat : xt)));
+        const void* add = after.add.empty() ? nullptr : after.add[m].data_ptr();
+        // fp32 sums straight into an fp32 y, unless something is added to them
+        const bool direct = xt == at::kFloat && !add;
+        float* y = direct ? ys.back().data_ptr<float>() : sumsAt;
+        void* out = direct ? nullptr : ys.back().data_ptr();
         sumsAt += n;
         for (int64_t r0 = 0; r0 < n;) {
             int64_t size = std::max(minRows, left / (int64_t(threads) * 4));
             size = (size + 7) / 8 * 8; // whole blocks of eight rows (gemv_isa.h)
             const int64_t r1 = std::min(n, r0 + size);
-            chunks.push_back({w.data_ptr(), y, rounded, r0, r1});
+            chunks.push_back({w.data_ptr(), y, out, add, r0, r1});
             left -= r1 - r0;
             r0 = r1;
         }
@@ -465,8 +510,18 @@ std::vector<at::Tensor> gemvAllWith(GemvKernel kernel, const std::vector<at::Ten
              c = s.next.fetch_add(1, std::memory_order_relaxed)) {
             const Chunk& ch = s.chunks[c];
             s.f(ch.data, s.x, s.k, ch.r0, ch.r1, ch.y, s.ahead);
-            if (ch.rounded)
-                storeIn(ch.rounded, s.type, ch.r0, ch.y + ch.r0, ch.r1 - ch.r0);
+            const float* y = ch.y + ch.r0;
+            const int64_t n = ch.r1 - ch.r0;
+            if (ch.add && s.type == at::kFloat)
+                addRounded<float>(ch.add, ch.out, ch.r0, y, n);
+            else if (ch.add && s.type == at::kBFloat16)
+                addRounded<at::BFloat16>(ch.add, ch.out, ch.r0, y, n);
+            else if (ch.add)
+                addRounded<at::Half>(ch.add, ch.out, ch.r0, y, n);
+            else if (ch.out && s.widen)
+                storeRoundedAsFloat(static_cast<float*>(ch.out), s.type, ch.r0, y, n);
+            else if (ch.out)
+                storeIn(ch.out, s.type, ch.r0, y, n);
         }
     }, &work, chunks.front().data, size_t(ws[0].size(0) * rowBytes));
     return ys;
@@ -554,9 +609,9 @@ at::Tensor gemvWith(GemvKernel kernel, const at::Tensor& w, const at::Tensor& x)
     return gemvAllWith(kernel, {w}, x)[0];
 }
 
-std::vector<at::Tensor> gemvAll(const std::vector<at::Tensor>& ws, const at::Tensor& x)
+std::vector<at::Tensor> gemvAll(const std::vector<at::Tensor>& ws, const at::Tensor& x, const GemvAfter& after)
 {
-    return gemvAllWith(gemvKernelFor(ws.empty() ? at::kFloat : ws[0].scalar_type()), ws, x);
+    return gemvAllWith(gemvKernelFor(ws.empty() ? at::kFloat : ws[0].scalar_type()), ws, x, after);
 }
 
 void widenInto(const at::Tensor& src, at::Tensor& dst)

@@ -60,10 +60,26 @@ at::Tensor gemv(const at::Tensor& w, const at::Tensor& x);
 at::Tensor gemvWith(GemvKernel kernel, const at::Tensor& w, const at::Tensor& x);
 // y_i = W_i x for up to kGemvMatrices matrices of one dtype that share x (a
 // layer's q, k and v; gate and up), as one job: the threads meet once at
-// the end instead of once a matrix. The same sums as gemv() of each.
+// the end instead of once a matrix. The same sums as gemv() of each. x may
+// also be one row [1, in] (a linear layer's input), and then each y is
+// [1, out]: no LibTorch operation around the job.
 constexpr size_t kGemvMatrices = 4;
-std::vector<at::Tensor> gemvAll(const std::vector<at::Tensor>& ws, const at::Tensor& x);
-std::vector<at::Tensor> gemvAllWith(GemvKernel kernel, const std::vector<at::Tensor>& ws, const at::Tensor& x);
+// What the job does to each y_i beyond W_i x, as the threads store their
+// rows: LibTorch operations that would each cost a call (3-8 us a layer in
+// the small bf16 model's decode step, caches cold from the weights' stream).
+struct GemvAfter {
+    // y_i := add[i] + y_i, where given: a residual stream's h + linear(x),
+    // with y_i rounded to x's dtype first and the sum rounded after, as
+    // LibTorch's two operations do. add[i] is y_i's shape and dtype,
+    // contiguous.
+    std::vector<at::Tensor> add;
+    // y in fp32 holding the values rounded to x's dtype: linear(x).float()
+    // (the logits).
+    bool widen = false;
+};
+std::vector<at::Tensor> gemvAll(const std::vector<at::Tensor>& ws, const at::Tensor& x, const GemvAfter& after = {});
+std::vector<at::Tensor> gemvAllWith(GemvKernel kernel, const std::vector<at::Tensor>& ws, const at::Tensor& x,
+                                    const GemvAfter& after = {});
 
 // y [out] = W^T x for W stored [in, out] (GPT-2's Conv1D), W fp32, bf16 or
 // fp16 and x fp32 or W's dtype; y in x's dtype, fp32 sums. W is streamed

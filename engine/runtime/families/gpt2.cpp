@@ -71,7 +71,7 @@ public:
             h = layerNorm(h, m_embd, u.w("weight"), u.w("bias"), m_eps);
         }
         UnitScope u(m_store, "lm_head", h);
-        return dense(h, u.w("weight")).to(at::kFloat).cpu();
+        return logits(h, u.w("weight"));
     }
 
 private:

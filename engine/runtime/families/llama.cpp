@@ -10,12 +10,13 @@
 namespace stowage::arch {
 namespace {
 
-at::Tensor linear(const at::Tensor& x, const UnitScope& u, const std::string& name, bool bias)
+// h + the projection `name` of x.
+at::Tensor addLinear(const at::Tensor& h, const at::Tensor& x, const UnitScope& u, const std::string& name, bool bias)
 {
-    return bias ? dense(x, u.w(name + ".weight"), u.w(name + ".bias")) : dense(x, u.w(name + ".weight"));
+    return addDense(h, x, u.w(name + ".weight"), bias ? u.w(name + ".bias") : at::Tensor());
 }
 
-// The projections `names` of x, as linear() of each.
+// The projections `names` of x (their biases where `bias`), as one job.
 std::vector<at::Tensor> linears(const at::Tensor& x, const UnitScope& u, std::initializer_list<const char*> names,
                                 bool bias)
 {
@@ -73,33 +74,39 @@ public:
             const auto [cos, sin] = rope.on(u.device(), h.scalar_type());
             at::Tensor x = rmsNorm(h, u.w("input_layernorm.weight"), m_eps);
             auto qkv = linears(x, u, {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}, m_qkvBias);
-            at::Tensor q = qkv[0].view({1, T, m_heads, m_headDim});
-            at::Tensor k = qkv[1].view({1, T, m_kvHeads, m_headDim});
-            at::Tensor v = qkv[2].view({1, T, m_kvHeads, m_headDim});
-            if (m_type == "qwen3") {
+            // [T, heads * dim] as [1, heads, T, dim]. One position is that
+            // already in memory: one view, where the transpose after it is
+            // an operation too (views cost 1-2 us each in decode).
+            const auto split = [&](const at::Tensor& y, int64_t heads) {
+                return T == 1 ? y.view({1, heads, 1, m_headDim}) : y.view({1, T, heads, m_headDim});
+            };
+            at::Tensor q = split(qkv[0], m_heads), k = split(qkv[1], m_kvHeads), v = split(qkv[2], m_kvHeads);
+            if (m_type == "qwen3") { // over each head's dim, whichever the layout
                 q = rmsNorm(q, u.w("self_attn.q_norm.weight"), m_eps);
                 k = rmsNorm(k, u.w("self_attn.k_norm.weight"), m_eps);
             }
-            q = q.transpose(1, 2);
-            k = k.transpose(1, 2);
-            v = v.transpose(1, 2);
+            if (T > 1) {
+                q = q.transpose(1, 2);
+                k = k.transpose(1, 2);
+                v = v.transpose(1, 2);
+            }
             q = rotary(q, cos, sin);
             k = rotary(k, cos, sin);
             auto [kk, vv] = appendCache(cache[size_t(l)], k, v);
             at::Tensor o = attention(q, kk, vv, 1.0 / std::sqrt(double(m_headDim)));
-            o = o.transpose(1, 2).reshape({T, m_heads * m_headDim});
-            h = h + linear(o, u, "self_attn.o_proj", m_oBias);
+            o = T == 1 ? o.reshape({1, m_heads * m_headDim}) : o.transpose(1, 2).reshape({T, m_heads * m_headDim});
+            h = addLinear(h, o, u, "self_attn.o_proj", m_oBias);
             x = rmsNorm(h, u.w("post_attention_layernorm.weight"), m_eps);
             auto gateUp = linears(x, u, {"mlp.gate_proj", "mlp.up_proj"}, m_mlpBias);
             at::Tensor g = siluMul(gateUp[0], gateUp[1]);
-            h = h + linear(g, u, "mlp.down_proj", m_mlpBias);
+            h = addLinear(h, g, u, "mlp.down_proj", m_mlpBias);
         }
         {
             UnitScope u(m_store, "model.norm", h);
             h = rmsNorm(h, u.w("weight"), m_eps);
         }
         UnitScope u(m_store, "lm_head", h);
-        return dense(h, u.w("weight")).to(at::kFloat).cpu();
+        return logits(h, u.w("weight"));
     }
 
 private:

@@ -92,7 +92,7 @@ public:
             h = dense(h, u.w("weight"));
         }
         UnitScope u(m_store, "lm_head", h);
-        return dense(h, u.w("weight")).to(at::kFloat).cpu();
+        return logits(h, u.w("weight"));
     }
 
 private:

@@ -75,6 +75,13 @@ at::Tensor dense(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b =
 // the CPU multiplies them all in one GEMV job (gemvAll).
 std::vector<at::Tensor> denseAll(const at::Tensor& x, const std::vector<at::Tensor>& ws,
                                  const std::vector<at::Tensor>& bs = {});
+// h + dense(x, w, b): a residual stream's sum. One row on the CPU without
+// a bias is added by the GEMV job as it stores the product (gemv.h
+// GemvAfter), with the same roundings.
+at::Tensor addDense(const at::Tensor& h, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {});
+// dense(x, w).to(kFloat).cpu(): logits in fp32 on the CPU, their values
+// rounded to x's dtype. One row on the CPU comes widened from the GEMV job.
+at::Tensor logits(const at::Tensor& x, const at::Tensor& w);
 // y = x W + b for W stored [in, out] (GPT-2's Conv1D).
 at::Tensor denseInOut(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b);
 // LayerNorm over the last n features; weights in another dtype than x are widened.

@@ -127,23 +127,36 @@ void rotateHeads(const T* q, int64_t headStride, int64_t heads, int64_t dim, con
 
 // Positions [at, at + T) of a contiguous cache buffer [B, KV, capacity, D]
 // set from x [B, KV, T, D] (any strides, rows of D contiguous), on the CPU:
-// a copy per head and position. The two copy_ calls on strided views it
-// replaces took 47-52 us a layer per decode step, this 25-26 us, most of it
-// first touches of the cache's pages (fp32 small benchmark model, Zen 4).
+// a copy per head and position, or a conversion where the cache keeps fp16
+// of fp32 x (LayerCache::storeAs), rounded as Tensor::to does. The two
+// copy_ calls on strided views it replaces took 47-52 us a layer per decode
+// step, this 25-26 us, most of it first touches of the cache's pages (fp32
+// small benchmark model, Zen 4); the two .to(kHalf) of an fp16 model's keys
+// and values before it another 11 us (Intel Xeon with AMX).
 bool appendRows(at::Tensor& buf, int64_t at, const at::Tensor& x)
 {
-    if (!buf.is_cpu() || !x.is_cpu() || !buf.is_contiguous() || buf.scalar_type() != x.scalar_type() ||
+    const at::ScalarType bt = buf.scalar_type(), xt = x.scalar_type();
+    if (!buf.is_cpu() || !x.is_cpu() || !buf.is_contiguous() || (bt != xt && !(bt == at::kHalf && xt == at::kFloat)) ||
         x.dim() != 4 || x.stride(3) != 1 || x.size(0) != buf.size(0) || x.size(1) != buf.size(1) ||
         x.size(3) != buf.size(3) || at + x.size(2) > buf.size(2))
         return false;
-    const int64_t es = int64_t(x.element_size()), rowBytes = x.size(3) * es;
+    const int64_t es = int64_t(x.element_size()), dim = x.size(3), rowBytes = dim * int64_t(buf.element_size());
     const char* src = static_cast<const char*>(x.data_ptr());
     char* dst = static_cast<char*>(buf.data_ptr());
     for (int64_t b = 0; b < x.size(0); ++b)
         for (int64_t h = 0; h < x.size(1); ++h)
-            for (int64_t t = 0; t < x.size(2); ++t)
-                std::memcpy(dst + (((b * buf.size(1) + h) * buf.size(2)) + at + t) * rowBytes,
-                            src + (b * x.stride(0) + h * x.stride(1) + t * x.stride(2)) * es, size_t(rowBytes));
+            for (int64_t t = 0; t < x.size(2); ++t) {
+                char* to = dst + (((b * buf.size(1) + h) * buf.size(2)) + at + t) * rowBytes;
+                const char* from = src + (b * x.stride(0) + h * x.stride(1) + t * x.stride(2)) * es;
+                if (bt == xt) {
+                    std::memcpy(to, from, size_t(rowBytes));
+                } else {
+                    auto* o = reinterpret_cast<at::Half*>(to);
+                    const auto* f = reinterpret_cast<const float*>(from);
+                    for (int64_t i = 0; i < dim; ++i)
+                        o[i] = at::Half(f[i]);
+                }
+            }
     return true;
 }
 
@@ -281,6 +294,18 @@ at::Tensor siluMul(const at::Tensor& gate, const at::Tensor& up)
 
 at::Tensor embed(const at::Tensor& w, const at::Tensor& ids, at::ScalarType dtype)
 {
+    // One id on the CPU in the table's dtype: its row copied (at::embedding,
+    // an index_select, and .to() cost 4-5 us a token in decode).
+    if (ids.numel() == 1 && ids.dim() == 1 && ids.scalar_type() == at::kLong && ids.is_cpu() && w.is_cpu() &&
+        w.dim() == 2 && w.is_contiguous() && w.scalar_type() == dtype) {
+        const int64_t id = ids.data_ptr<int64_t>()[0];
+        if (id >= 0 && id < w.size(0)) {
+            at::Tensor row = at::empty({1, w.size(1)}, w.options());
+            const size_t bytes = size_t(w.size(1)) * w.element_size();
+            std::memcpy(row.data_ptr(), static_cast<const char*>(w.data_ptr()) + size_t(id) * bytes, bytes);
+            return row;
+        }
+    }
     return at::embedding(w, ids).to(dtype);
 }
 
@@ -319,10 +344,9 @@ std::pair<at::Tensor, at::Tensor> appendCache(LayerCache& c, const at::Tensor& k
         c.k = nk;
         c.v = nv;
     }
-    const at::Tensor ks = k.to(dt), vs = v.to(dt);
-    if (!appendRows(c.k, c.length, ks) || !appendRows(c.v, c.length, vs)) {
-        c.k.narrow(2, c.length, n).copy_(ks);
-        c.v.narrow(2, c.length, n).copy_(vs);
+    if (!appendRows(c.k, c.length, k) || !appendRows(c.v, c.length, v)) {
+        c.k.narrow(2, c.length, n).copy_(k); // copy_ converts as .to() does
+        c.v.narrow(2, c.length, n).copy_(v);
     }
     c.length = need;
     return {c.k.narrow(2, 0, need), c.v.narrow(2, 0, need)};

@@ -94,7 +94,8 @@ public:
             k = rotary(k, cos, sin);
             auto [kk, vv] = appendCache(cache[size_t(l)], k, v);
             at::Tensor o = attention(q, kk, vv, 1.0 / std::sqrt(double(m_headDim)));
-            o = T == 1 ? o.reshape({1, m_heads * m_headDim}) : o.transpose(1, 2).reshape({T, m_heads * m_headDim});
+            o = T == 1 && o.is_contiguous() ? o.view({1, m_heads * m_headDim})
+                                            : o.transpose(1, 2).reshape({T, m_heads * m_headDim});
             h = addLinear(h, o, u, "self_attn.o_proj", m_oBias);
             x = rmsNorm(h, u.w("post_attention_layernorm.weight"), m_eps);
             auto gateUp = linears(x, u, {"mlp.gate_proj", "mlp.up_proj"}, m_mlpBias);

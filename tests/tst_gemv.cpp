@@ -110,6 +110,7 @@ private slots:
     void severalMatricesRejected();
     void addedAndWidenedAsLibTorch_data();
     void addedAndWidenedAsLibTorch();
+    void conversionsAsLibTorch();
     void readsAheadIntoFreedMemorySafely();
     void hintsPastTheEndNeverFault_data();
     void hintsPastTheEndNeverFault();
@@ -638,6 +639,31 @@ void TestGemv::addedAndWidenedAsLibTorch()
     QVERIFY_THROWS_EXCEPTION(std::invalid_argument, gemvAllWith(k, {w}, x, {{h}, true}));
     if (xt != at::kFloat)
         QVERIFY_THROWS_EXCEPTION(std::invalid_argument, gemvAllWith(k, {w}, x, {{h.to(at::kFloat)}, false}));
+}
+
+void TestGemv::conversionsAsLibTorch()
+{
+    // narrowToHalf (an fp16 model's keys and values) and widen (one token's
+    // embedding row) give Tensor::to's bits: ties to even, fp16 subnormals,
+    // overflow to infinity, signed zeros, and tails past the vector width.
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> d(-2.0f, 2.0f);
+    std::vector<float> v = {0.0f, -0.0f, 1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, 65504.0f, 65520.0f, 1e6f, -1e6f,
+                            6e-8f, 3e-8f, 1e-5f, -2.5e-6f};
+    for (int i = 0; i < 1001; ++i)
+        v.push_back(d(rng) * std::pow(2.0f, float(int(rng() % 40) - 20)));
+    const at::Tensor f = at::from_blob(v.data(), {int64_t(v.size())}, at::kFloat);
+    for (int64_t n : {int64_t(v.size()), int64_t(7), int64_t(1)}) {
+        at::Tensor h = at::empty({n}, at::kHalf);
+        narrowToHalf(v.data(), h.data_ptr(), n);
+        QVERIFY(at::equal(h.view(at::kShort), f.narrow(0, 0, n).to(at::kHalf).view(at::kShort)));
+        for (at::ScalarType t : {at::kHalf, at::kBFloat16, at::kFloat}) {
+            const at::Tensor src = f.narrow(0, 0, n).to(t);
+            at::Tensor out = at::empty({n}, at::kFloat);
+            widen(src.data_ptr(), t, out.data_ptr<float>(), n);
+            QVERIFY(at::equal(out, src.to(at::kFloat)));
+        }
+    }
 }
 
 void TestGemv::readsAheadIntoFreedMemorySafely()

@@ -148,14 +148,10 @@ bool appendRows(at::Tensor& buf, int64_t at, const at::Tensor& x)
             for (int64_t t = 0; t < x.size(2); ++t) {
                 char* to = dst + (((b * buf.size(1) + h) * buf.size(2)) + at + t) * rowBytes;
                 const char* from = src + (b * x.stride(0) + h * x.stride(1) + t * x.stride(2)) * es;
-                if (bt == xt) {
+                if (bt == xt)
                     std::memcpy(to, from, size_t(rowBytes));
-                } else {
-                    auto* o = reinterpret_cast<at::Half*>(to);
-                    const auto* f = reinterpret_cast<const float*>(from);
-                    for (int64_t i = 0; i < dim; ++i)
-                        o[i] = at::Half(f[i]);
-                }
+                else
+                    narrowToHalf(reinterpret_cast<const float*>(from), to, dim);
             }
     return true;
 }
@@ -294,15 +290,20 @@ at::Tensor siluMul(const at::Tensor& gate, const at::Tensor& up)
 
 at::Tensor embed(const at::Tensor& w, const at::Tensor& ids, at::ScalarType dtype)
 {
-    // One id on the CPU in the table's dtype: its row copied (at::embedding,
-    // an index_select, and .to() cost 4-5 us a token in decode).
+    // One id on the CPU: its row copied, or widened to fp32 (at::embedding,
+    // an index_select, and .to() cost 4-7 us a token in decode).
+    const at::ScalarType wt = w.scalar_type();
     if (ids.numel() == 1 && ids.dim() == 1 && ids.scalar_type() == at::kLong && ids.is_cpu() && w.is_cpu() &&
-        w.dim() == 2 && w.is_contiguous() && w.scalar_type() == dtype) {
-        const int64_t id = ids.data_ptr<int64_t>()[0];
+        w.dim() == 2 && w.is_contiguous() && (wt == dtype || dtype == at::kFloat) &&
+        (wt == at::kFloat || wt == at::kBFloat16 || wt == at::kHalf)) {
+        const int64_t id = ids.data_ptr<int64_t>()[0], n = w.size(1);
         if (id >= 0 && id < w.size(0)) {
-            at::Tensor row = at::empty({1, w.size(1)}, w.options());
-            const size_t bytes = size_t(w.size(1)) * w.element_size();
-            std::memcpy(row.data_ptr(), static_cast<const char*>(w.data_ptr()) + size_t(id) * bytes, bytes);
+            at::Tensor row = at::empty({1, n}, w.options().dtype(dtype));
+            const char* from = static_cast<const char*>(w.data_ptr()) + size_t(id * n) * w.element_size();
+            if (wt == dtype)
+                std::memcpy(row.data_ptr(), from, size_t(n) * w.element_size());
+            else
+                widen(from, wt, row.data_ptr<float>(), n);
             return row;
         }
     }

@@ -119,6 +119,14 @@ std::atomic<int64_t>& ahead()
     return bytes;
 }
 
+// Element i of a contiguous fp32, bf16 or fp16 buffer, widened.
+float element(const void* p, at::ScalarType t, int64_t i)
+{
+    return t == at::kFloat      ? static_cast<const float*>(p)[i]
+           : t == at::kBFloat16 ? float(static_cast<const at::BFloat16*>(p)[i])
+                                : float(static_cast<const at::Half*>(p)[i]);
+}
+
 // out[at, at + n) of `type` (fp32, bf16 or fp16) = y[0, n), rounded as
 // Tensor::to does (to nearest, ties to even).
 void storeIn(void* out, at::ScalarType type, int64_t at, const float* y, int64_t n)
@@ -647,6 +655,36 @@ void widenInto(const at::Tensor& src, at::Tensor& dst)
     }, &work);
 }
 
+void widen(const void* src, at::ScalarType type, float* dst, int64_t n)
+{
+    rows::WidenFn f = nullptr;
+#if STOWAGE_GEMV_X86
+    const bool wide = cpu().avx512;
+    if (cpu().avx2 && type == at::kHalf)
+        f = wide ? rows::widenF16Avx512 : rows::widenF16Avx2;
+    if (cpu().avx2 && type == at::kBFloat16)
+        f = wide ? rows::widenBf16Avx512 : rows::widenBf16Avx2;
+#endif
+    if (f)
+        f(src, dst, n);
+    else
+        for (int64_t i = 0; i < n; ++i)
+            dst[i] = element(src, type, i);
+}
+
+void narrowToHalf(const float* src, void* dst, int64_t n)
+{
+#if STOWAGE_GEMV_X86
+    if (cpu().avx2) { // AVX2 here includes F16C (cpu())
+        rows::narrowF16(src, dst, n);
+        return;
+    }
+#endif
+    auto* out = static_cast<at::Half*>(dst);
+    for (int64_t i = 0; i < n; ++i)
+        out[i] = at::Half(src[i]);
+}
+
 at::Tensor gemv(const at::Tensor& w, const at::Tensor& x) { return gemvWith(gemvKernelFor(w.scalar_type()), w, x); }
 
 namespace {
@@ -706,13 +744,6 @@ at::Tensor gemvT(const at::Tensor& w, const at::Tensor& x)
 
 #if STOWAGE_GEMV_X86
 namespace {
-// Element i of a contiguous fp32, bf16 or fp16 buffer, widened.
-float element(const void* p, at::ScalarType t, int64_t i)
-{
-    return t == at::kFloat      ? static_cast<const float*>(p)[i]
-           : t == at::kBFloat16 ? float(static_cast<const at::BFloat16*>(p)[i])
-                                : float(static_cast<const at::Half*>(p)[i]);
-}
 // A hint that the line at p will be read soon, into L2; never faults. An
 // asm statement: GCC 12 at -O2 deleted _mm_prefetch calls under conditions
 // (gemv_isa.h).

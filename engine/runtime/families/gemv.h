@@ -127,5 +127,11 @@ rows::RmsNormFn rmsNormKernel();
 // dst (fp32, contiguous) = src (fp16 or bf16, contiguous, as many
 // elements) widened: the engine's kernel where the CPU has one, else copy_.
 void widenInto(const at::Tensor& src, at::Tensor& dst);
+// The same for n elements of fp16, bf16 or fp32 at `src`, on this thread.
+void widen(const void* src, at::ScalarType type, float* dst, int64_t n);
+// dst[0, n) = src rounded to fp16 as Tensor::to does: F16C where the CPU has
+// it (c10::Half's conversion in software took 5 ns an element: an fp16
+// model's keys and values 10 us a layer in decode), else c10::Half.
+void narrowToHalf(const float* src, void* dst, int64_t n);
 
 } // namespace stowage::arch

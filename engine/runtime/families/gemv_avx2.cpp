@@ -139,4 +139,15 @@ void widenBf16Avx2(const void* src, float* dst, int64_t n)
     widenAll<Bf16>(src, dst, n);
 }
 
+void narrowF16(const float* src, void* dst, int64_t n)
+{
+    auto* out = static_cast<uint16_t*>(dst);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; ++i)
+        out[i] = uint16_t(_mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(src[i]), _MM_FROUND_TO_NEAREST_INT), 0));
+}
+
 } // namespace stowage::arch::rows

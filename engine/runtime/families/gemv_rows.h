@@ -82,5 +82,7 @@ void widenF16Avx2(const void* src, float* dst, int64_t n);
 void widenBf16Avx2(const void* src, float* dst, int64_t n);
 void widenF16Avx512(const void* src, float* dst, int64_t n);
 void widenBf16Avx512(const void* src, float* dst, int64_t n);
+// n fp32 rounded to fp16 (to nearest, ties to even) by F16C's vcvtps2ph.
+void narrowF16(const float* src, void* dst, int64_t n);
 
 } // namespace stowage::arch::rows

@@ -40,6 +40,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -60,6 +61,7 @@ using json = nlohmann::json;
 double readBandwidthBytesPerSecond();                    // bench_bandwidth.cpp
 double readBandwidthOf(const at::Tensor& big, int passes); // the same over `big`
 double readRate(const void* p, size_t bytes);               // one pass of a plain read, every core
+double steppedReadRate(const void* p, size_t bytes);        // the same loop, its address a stepped pointer; 0: no AVX2
 
 namespace {
 
@@ -507,8 +509,50 @@ int main(int argc, char** argv)
         }
     }
 
+    // ---- Streaming the mapped 7B-layer checkpoints (2 MiB pages where the
+    // page cache has them), as decode reads them: the loop each case's
+    // bound is read with, the same loop with its address stepped as a
+    // pointer, and the dtype's GEMV kernel (gemv(), its threads and chunks)
+    // over the same bytes as rows of 4096; one pass of each in turn, nine
+    // rounds, medians. What separates decode from its bound in the kernels:
+    // on the Intel Xeon with AMX of 2026-12-05 the bound's loop read 12-16%
+    // faster than the stepped one, which every kernel form tried matched at
+    // best (docs/PERFORMANCE.md).
+    std::printf("\nstreaming the mapped 7B-layer checkpoint (medians of 9 rounds of one pass each)\n");
+    std::printf("%-9s %-40s %8s %10s\n", "dtype", "loop", "GB/s", "of bound");
+    for (const DType dt : {DType::F32, DType::BF16, DType::F16}) {
+        const MappedFile file(dirs[{"7B-layer", dt}] + "/model.safetensors");
+        const at::ScalarType wt = dt == DType::F32 ? at::kFloat : dt == DType::BF16 ? at::kBFloat16 : at::kHalf;
+        const int64_t k = 4096, rowBytes = k * int64_t(c10::elementSize(wt));
+        const int64_t rows = int64_t(file.size() - 4096) / rowBytes;
+        const size_t bytes = size_t(rows * rowBytes);
+        void* p = const_cast<uint8_t*>(file.data()) + 4096; // past the header, whatever its length
+        const at::Tensor w = at::from_blob(p, {rows, k}, at::TensorOptions().dtype(wt));
+        const at::Tensor x = at::randn({k}).to(wt == at::kHalf ? at::kFloat : wt); // as dense() calls it
+        readRate(p, bytes); // maps the pages in
+        std::vector<double> bound, stepped, kernel;
+        for (int round = 0; round < 9; ++round) {
+            bound.push_back(readRate(p, bytes));
+            stepped.push_back(steppedReadRate(p, bytes));
+            const auto t0 = clk::now();
+            arch::gemv(w, x);
+            kernel.push_back(double(bytes) / since(t0));
+        }
+        const auto median = [](std::vector<double> v) {
+            std::sort(v.begin(), v.end());
+            return v[v.size() / 2];
+        };
+        const double b = median(bound);
+        const std::string gemvRow = std::string("GEMV, ") + arch::gemvKernelName(arch::gemvKernelFor(wt));
+        for (const auto& [what, rate] : {std::pair<std::string, double>{"the bound's loop (base + index loads)", b},
+                                         {"the same loop, a stepped pointer", median(stepped)},
+                                         {gemvRow, median(kernel)}})
+            if (rate > 0)
+                std::printf("%-9s %-40s %8.1f %9.0f%%\n", c10::toString(wt), what.c_str(), rate / 1e9, 100 * rate / b);
+    }
+
     if (argc > 1 && std::string(argv[1]) == "--kernels")
-        return 0; // the kernel table only
+        return 0; // the kernel tables only
     const char* self = "/proc/self/exe";
     std::string selfPath = std::filesystem::read_symlink(self).string();
     const int steps = quick ? 12 : 24;

@@ -55,14 +55,28 @@ inline void inOrder() { asm volatile("" ::: "memory"); }
 // (2026-12-05, bench_decode, each against its own run's bound), 8 KiB ahead:
 // small bf16 decode 73% -> 95% of the bound, small fp16 74% -> 94-96%, the
 // AVX2 kernels' fp16 64% -> 94-100%; small fp32 and 7B-layer bf16 about
-// unchanged (docs/PERFORMANCE.md). The row-block kernels (rows4, rows8, dp4)
-// give none: eight streams at once keep enough in flight, and with a hint a
-// line 7B-layer fp32 decoded 8% slower.
+// unchanged (docs/PERFORMANCE.md). The row-block kernels give none of
+// these: eight streams at once keep more in flight, and with a hint a line
+// 8 KiB ahead 7B-layer fp32 decoded 8% slower. Their 16-bit forms (rows8,
+// dp8) hint each row a short way ahead instead (kBlockAhead).
 //
 // The hint is an asm statement: GCC 12 at -O2 deleted most _mm_prefetch
 // calls under such a condition, silently (its control-dependent dead code
 // elimination; -fno-tree-dce or -O3 kept them).
 inline void prefetchL2(const char* p) { asm volatile("prefetcht1 %0" : : "m"(*p)); }
+
+// How far ahead, in bytes, the row-block kernels hint each of their rows of
+// 16-bit weights (rows8, dp8 in gemv_avx512.cpp), where hints are on
+// (`ahead` > 0): one prefetcht1 a cache line a row. Streaming the mapped
+// 7B-layer checkpoints (rows of 8 KiB, 2 MiB pages; Intel Xeon with AMX,
+// 2026-12-05, medians of 15 passes against the bound's read loop), bf16
+// eight rows at a time read 92% with hints 512 bytes ahead, 90% at 256,
+// 89% at 1 KiB, 85% at 2 KiB and 84% without, against 84% one row at a
+// time 8 KiB ahead; fp16 87% against 81%. In decode the gain was smaller:
+// 7B-layer bf16 26.8-27.6 against 26.5-26.7 tok/s, fp16 26.8-27.2 against
+// 26.6-27.0 (three alternating pairs). fp32's blocks stay without hints
+// (they cost them 8%).
+constexpr int64_t kBlockAhead = 512;
 
 template <int Bytes>
 inline void hintAhead(const void* p, int64_t ahead)
@@ -120,7 +134,7 @@ void rows4(const T* w0, const float* x, int64_t k, int64_t, float* y)
 // plain read against 0.81-0.87 four at a time, fp32 at 0.95-1.01 against
 // 0.93-0.96 (medians of 40 interleaved passes, docs/PERFORMANCE.md).
 template <class T>
-void rows8(const T* w0, const float* x, int64_t k, int64_t, float* y)
+void rows8(const T* w0, const float* x, int64_t k, int64_t ahead, float* y)
 {
     using V = typename Isa::V;
     constexpr int N = Isa::N;
@@ -128,8 +142,15 @@ void rows8(const T* w0, const float* x, int64_t k, int64_t, float* y)
     V a0 = Isa::zero(), a1 = Isa::zero(), a2 = Isa::zero(), a3 = Isa::zero();
     V a4 = Isa::zero(), a5 = Isa::zero(), a6 = Isa::zero(), a7 = Isa::zero();
     prefetchRowStarts(reinterpret_cast<const char*>(w0 + 8 * k), k * int64_t(sizeof(T)), 8);
+    const bool hints = sizeof(T) == 2 && ahead > 0;
+    const int64_t rowBytes = k * int64_t(sizeof(T));
     int64_t j = 0;
     for (; j + N <= k; j += N) {
+        if (hints && ((j * int64_t(sizeof(T))) & 63) == 0) { // once a cache line of each row
+            const char* line = reinterpret_cast<const char*>(w0 + j) + kBlockAhead;
+            for (int r = 0; r < 8; ++r)
+                prefetchL2(line + r * rowBytes);
+        }
         const V x0 = Isa::load(x + j);
         a0 = Isa::fma(Isa::load(w0 + j), x0, a0);
         a1 = Isa::fma(Isa::load(w1 + j), x0, a1);
@@ -188,8 +209,8 @@ void rows1(const T* w0, const float* x, int64_t k, int64_t ahead, float* y)
 
 // Rows [r0, r1) of W [n, k] (also for gemv_avx512.cpp's dot-product kernel),
 // one at a time or in blocks of eight (four for the last rows of a range;
-// the bf16 dot-product kernel has no eight-row form, which decoded no
-// faster). One row at a time, consecutive rows are one sequential stream,
+// the bf16 dot-product kernel's eight-row form only with hints: without
+// them it decoded no faster). One row at a time, consecutive rows are one sequential stream,
 // which the prefetchers follow to the chunk's end; a block reads eight
 // streams a row apart and shares each load of x between them.
 //
@@ -202,12 +223,15 @@ void rows1(const T* w0, const float* x, int64_t k, int64_t ahead, float* y)
 // against 24 one at a time, k 11008).
 //
 // With them (hintAhead; Intel's Xeon with AMX, 2026-12-05, decode against
-// the same run's bound): 16-bit rows of W up to 8 KiB one at a time,
-// whatever x's size: 7B-layer fp16 (rows of 8 KiB, an fp32 x of 16 KiB)
-// decoded at 80-84% against 73-77% in blocks; the small shape's fp16 and
-// bf16 rows of 2 KiB at 83-84% against 55-56% in blocks. fp32 rows of 4 KiB
-// and more in blocks: the small shape's (4 KiB) at 81-82% against 77-79%
-// one at a time, 7B-layer's (16 KiB) at 89-90% against 83-85%.
+// the same run's bound): 16-bit rows of W under 8 KiB one at a time,
+// whatever x's size: the small shape's fp16 and bf16 rows of 2 KiB at
+// 83-84% against 55-56% in blocks (then without hints; with kBlockAhead's
+// they streamed 10-15% slower than one at a time). Rows of 8 KiB and more
+// in blocks of eight with kBlockAhead's hints: 7B-layer's rows of 8 KiB
+// streamed at 87-92% of the bound against 81-84% one at a time (without
+// hints, in blocks of four, they had decoded at 73-77%). fp32 rows of 4 KiB and more
+// in blocks: the small shape's (4 KiB) at 81-82% against 77-79% one at a
+// time, 7B-layer's (16 KiB) at 89-90% against 83-85%.
 template <class T, class X, void (*Four)(const T*, const X*, int64_t, int64_t, float*),
           void (*One)(const T*, const X*, int64_t, int64_t, float*),
           void (*Eight)(const T*, const X*, int64_t, int64_t, float*) = nullptr>
@@ -217,7 +241,7 @@ void rowBlocks(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, 
     const X* xp = static_cast<const X*>(x);
     const int64_t rowBytes = k * int64_t(sizeof(T));
     const bool oneAtATime = ahead == 0           ? k * int64_t(sizeof(X)) <= (int64_t(8) << 10)
-                            : sizeof(T) == 2 ? rowBytes <= (int64_t(8) << 10)
+                            : sizeof(T) == 2 ? rowBytes < (int64_t(8) << 10)
                                              : rowBytes < (int64_t(4) << 10);
     int64_t r = r0;
     if (!oneAtATime) {

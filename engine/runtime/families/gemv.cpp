@@ -770,11 +770,12 @@ at::Tensor attendOne(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
         v.stride(3) != 1 || v.stride(2) != dim)
         return {};
     struct Work {
-        rows::Fn dot;
+        rows::ScoresFn scores;
+        int kind; // the cache's dtype for `scores`: 0 fp32, 1 bf16, 2 fp16
         rows::AccFn acc;
         rows::SoftmaxFn softmax;
         const char *k, *v;
-        int64_t kHead, vHead, group, dim, positions, ahead, heads, headBytes;
+        int64_t kHead, vHead, group, dim, positions, heads, headBytes;
         const void* q;
         void* out;
         float* scratch; // per thread: scores, q's head in fp32, its output
@@ -794,7 +795,8 @@ at::Tensor attendOne(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
     const size_t perThread = size_t(positions + 2 * dim);
     if (scratch.size() < perThread * size_t(threads))
         scratch.resize(perThread * size_t(threads));
-    work.dot = rowsFor(kernel, kvt, at::kFloat);
+    work.scores = kernel == GemvKernel::Avx2 ? rows::scoresAvx2 : rows::scoresAvx512;
+    work.kind = kvt == at::kFloat ? 0 : kvt == at::kBFloat16 ? 1 : 2;
     work.acc = accFor(kernel, kvt);
     work.softmax = softmaxFor(kernel);
     work.k = static_cast<const char*>(k.data_ptr());
@@ -804,7 +806,6 @@ at::Tensor attendOne(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
     work.group = heads / kvHeads;
     work.dim = dim;
     work.positions = positions;
-    work.ahead = gemvReadAhead();
     work.heads = heads;
     work.headBytes = std::min<int64_t>(positions * dim * es, int64_t(64) << 10);
     work.q = qc.data_ptr();
@@ -833,7 +834,7 @@ at::Tensor attendOne(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
                 }
             for (int64_t d = 0; d < s.dim; ++d)
                 qh[d] = element(s.q, s.dt, h * s.dim + d);
-            s.dot(s.k + kv * s.kHead, qh, s.dim, 0, s.positions, p, s.ahead);
+            s.scores(s.k + kv * s.kHead, s.kind, qh, s.dim, s.positions, p);
             // Softmax in fp32; for bf16/fp16 the unnormalised weights are
             // rounded to the dtype before they meet V and the sum divides
             // at the end, as PyTorch's CPU attention kernel does.

@@ -44,6 +44,20 @@ struct Isa {
         return _mm_cvtss_f32(m);
     }
     static V roundNearest(V v) { return _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+    // Two vectors of partial sums folded into one (gemv_isa.h scoresOf): at
+    // level 1 each row's halves added (a's in the low 128 bits, b's in the
+    // high), then pairs of neighbours within each 128 bits; kFolds levels
+    // leave the N rows' sums in the order that `ordered` undoes.
+    static constexpr int kFolds = 3;
+    template <int Level>
+    static V fold(V a, V b)
+    {
+        if constexpr (Level == 1)
+            return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+        else
+            return _mm256_add_ps(_mm256_shuffle_ps(a, b, 0x88), _mm256_shuffle_ps(a, b, 0xdd));
+    }
+    static V ordered(V v) { return _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)); }
     // 2^n for whole n in [-126, 127], in the exponent bits.
     static V pow2(V n)
     {
@@ -123,6 +137,11 @@ void rotaryAvx2(const void* q, int64_t headStride, int64_t heads, int64_t dim, c
                 void* out, bool bf16)
 {
     rotaryOf(q, headStride, heads, dim, cos, sin, out, bf16);
+}
+
+void scoresAvx2(const void* k, int kind, const float* q, int64_t dim, int64_t n, float* out)
+{
+    scoresOfKind(k, kind, q, dim, n, out);
 }
 
 void rmsNormAvx2(const void* x, const void* w, int64_t rows, int64_t n, float eps, void* out, int kind)

@@ -33,6 +33,26 @@ struct Isa {
     }
     static float maxAll(V v) { return _mm512_reduce_max_ps(v); }
     static V roundNearest(V v) { return _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+    // Two vectors of partial sums folded into one (gemv_isa.h scoresOf):
+    // level 1 adds each row's 256-bit halves (a's in the low half, b's in the
+    // high), level 2 their 128-bit quarters (a row a 128-bit lane), levels 3
+    // and 4 neighbours within each lane; `ordered` puts the 16 rows' sums in
+    // order.
+    static constexpr int kFolds = 4;
+    template <int Level>
+    static V fold(V a, V b)
+    {
+        if constexpr (Level == 1)
+            return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xee));
+        else if constexpr (Level == 2)
+            return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a, b, 0xdd));
+        else
+            return _mm512_add_ps(_mm512_shuffle_ps(a, b, 0x88), _mm512_shuffle_ps(a, b, 0xdd));
+    }
+    static V ordered(V v)
+    {
+        return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), v);
+    }
     // 2^n for whole n in [-126, 127], in the exponent bits.
     static V pow2(V n)
     {
@@ -176,6 +196,11 @@ void dp1(const uint16_t* w0, const uint16_t* x, int64_t k, int64_t ahead, float*
 } // namespace
 
 namespace stowage::arch::rows {
+
+void scoresAvx512(const void* k, int kind, const float* q, int64_t dim, int64_t n, float* out)
+{
+    scoresOfKind(k, kind, q, dim, n, out);
+}
 
 void f32Avx512(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y, int64_t ahead)
 {

@@ -42,6 +42,13 @@ void f32AccAvx512(const void* w, const float* p, int64_t k, int64_t n, float* y)
 void bf16AccAvx512(const void* w, const float* p, int64_t k, int64_t n, float* y);
 void f16AccAvx512(const void* w, const float* p, int64_t k, int64_t n, float* y);
 
+// Attention's scores for one head: out[r] = q . K[r] for n rows of K
+// (dim elements each, one after another; dim a multiple of the vector
+// width), K fp32, bf16 or fp16 (kind 0, 1, 2), q fp32; fp32 sums.
+using ScoresFn = void (*)(const void* k, int kind, const float* q, int64_t dim, int64_t n, float* out);
+void scoresAvx2(const void* k, int kind, const float* q, int64_t dim, int64_t n, float* out);
+void scoresAvx512(const void* k, int kind, const float* q, int64_t dim, int64_t n, float* out);
+
 // Attention's softmax weights for one head, in place: p[i] := exp(p[i] *
 // scale - top), top the largest p[i] * scale, then rounded to bf16 (round
 // 1) or fp16 (round 2) where asked (0: kept in fp32). Returns the sum of the

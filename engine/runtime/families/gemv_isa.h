@@ -226,7 +226,7 @@ void rows1(const T* w0, const float* x, int64_t k, int64_t ahead, float* y)
 // the same run's bound): 16-bit rows of W under 8 KiB one at a time,
 // whatever x's size: the small shape's fp16 and bf16 rows of 2 KiB at
 // 83-84% against 55-56% in blocks (then without hints; with kBlockAhead's
-// they streamed 10-15% slower than one at a time). Rows of 8 KiB and more
+// they streamed 11-17% slower than one at a time). Rows of 8 KiB and more
 // in blocks of eight with kBlockAhead's hints: 7B-layer's rows of 8 KiB
 // streamed at 87-92% of the bound against 81-84% one at a time (without
 // hints, in blocks of four, they had decoded at 73-77%). fp32 rows of 4 KiB and more

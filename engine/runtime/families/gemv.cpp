@@ -622,16 +622,25 @@ std::vector<at::Tensor> gemvAll(const std::vector<at::Tensor>& ws, const at::Ten
     return gemvAllWith(gemvKernelFor(ws.empty() ? at::kFloat : ws[0].scalar_type()), ws, x, after);
 }
 
-void widenInto(const at::Tensor& src, at::Tensor& dst)
+namespace {
+// The kernel that widens fp16 or bf16 to fp32 on this CPU, or nullptr.
+rows::WidenFn widenFor(at::ScalarType type)
 {
-    rows::WidenFn f = nullptr;
 #if STOWAGE_GEMV_X86
     const bool wide = cpu().avx512;
-    if (cpu().avx2 && src.scalar_type() == at::kHalf)
-        f = wide ? rows::widenF16Avx512 : rows::widenF16Avx2;
-    if (cpu().avx2 && src.scalar_type() == at::kBFloat16)
-        f = wide ? rows::widenBf16Avx512 : rows::widenBf16Avx2;
+    if (cpu().avx2 && type == at::kHalf)
+        return wide ? rows::widenF16Avx512 : rows::widenF16Avx2;
+    if (cpu().avx2 && type == at::kBFloat16)
+        return wide ? rows::widenBf16Avx512 : rows::widenBf16Avx2;
 #endif
+    (void)type;
+    return nullptr;
+}
+} // namespace
+
+void widenInto(const at::Tensor& src, at::Tensor& dst)
+{
+    const rows::WidenFn f = widenFor(src.scalar_type());
     if (!f || !src.is_contiguous() || !dst.is_contiguous() || dst.scalar_type() != at::kFloat ||
         src.numel() != dst.numel() || !src.is_cpu() || !dst.is_cpu()) {
         dst.copy_(src.view(dst.sizes()));
@@ -657,15 +666,7 @@ void widenInto(const at::Tensor& src, at::Tensor& dst)
 
 void widen(const void* src, at::ScalarType type, float* dst, int64_t n)
 {
-    rows::WidenFn f = nullptr;
-#if STOWAGE_GEMV_X86
-    const bool wide = cpu().avx512;
-    if (cpu().avx2 && type == at::kHalf)
-        f = wide ? rows::widenF16Avx512 : rows::widenF16Avx2;
-    if (cpu().avx2 && type == at::kBFloat16)
-        f = wide ? rows::widenBf16Avx512 : rows::widenBf16Avx2;
-#endif
-    if (f)
+    if (const rows::WidenFn f = widenFor(type))
         f(src, dst, n);
     else
         for (int64_t i = 0; i < n; ++i)

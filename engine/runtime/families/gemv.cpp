@@ -1,36 +1,24 @@
 #include "gemv.h"
 
+#include "gemv_internal.h"
 #include "gemv_rows.h"
+#include "gemv_threads.h"
 
 #include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
-#include <cmath>
-#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <limits>
-#include <mutex>
 #include <stdexcept>
-#include <thread>
+#include <string>
 #include <vector>
-
-#if STOWAGE_GEMV_X86
-#include <immintrin.h>
-#endif
 
 namespace stowage::arch {
 
-namespace {
+namespace detail {
 
-// What this CPU runs, asked once: gemvWith() checks it on every call.
-struct CpuFeatures {
-    bool avx2 = false, avx512 = false, avx512bf16 = false;
-    bool amd = false; // AMD's Zen 4 runs 512-bit conversions at half rate (gemvKernels)
-};
 const CpuFeatures& cpu()
 {
     static const CpuFeatures f = [] {
@@ -59,6 +47,14 @@ bool cpuHas(GemvKernel k)
     return false;
 }
 
+bool supportedDType(at::ScalarType dt) { return dt == at::kFloat || dt == at::kBFloat16 || dt == at::kHalf; }
+
+} // namespace detail
+
+using namespace detail;
+
+namespace {
+
 // The row kernel for W of `dtype` with an x of `xdtype` (fp32 or bf16), or
 // nullptr for at::mv.
 rows::Fn rowsFor(GemvKernel k, at::ScalarType dtype, at::ScalarType xdtype)
@@ -79,8 +75,6 @@ rows::Fn rowsFor(GemvKernel k, at::ScalarType dtype, at::ScalarType xdtype)
     (void)k, (void)dtype, (void)xdtype;
     return nullptr;
 }
-
-bool supportedDType(at::ScalarType dt) { return dt == at::kFloat || dt == at::kBFloat16 || dt == at::kHalf; }
 
 GemvKernel fromEnv(at::ScalarType dtype)
 {
@@ -119,7 +113,10 @@ std::atomic<int64_t>& ahead()
     return bytes;
 }
 
-// Element i of a contiguous fp32, bf16 or fp16 buffer, widened.
+} // namespace
+
+namespace detail {
+
 float element(const void* p, at::ScalarType t, int64_t i)
 {
     return t == at::kFloat      ? static_cast<const float*>(p)[i]
@@ -127,8 +124,6 @@ float element(const void* p, at::ScalarType t, int64_t i)
                                 : float(static_cast<const at::Half*>(p)[i]);
 }
 
-// out[at, at + n) of `type` (fp32, bf16 or fp16) = y[0, n), rounded as
-// Tensor::to does (to nearest, ties to even).
 void storeIn(void* out, at::ScalarType type, int64_t at, const float* y, int64_t n)
 {
     if (type == at::kFloat) {
@@ -143,6 +138,10 @@ void storeIn(void* out, at::ScalarType type, int64_t at, const float* y, int64_t
             o[i] = at::Half(y[i]);
     }
 }
+
+} // namespace detail
+
+namespace {
 
 // T(float(add[i]) + float(T(y[i]))) for i in [at, at + n): LibTorch's
 // h + y for y rounded to T (its add widens both, sums in fp32, rounds).
@@ -163,181 +162,6 @@ void storeRoundedAsFloat(float* out, at::ScalarType type, int64_t at, const floa
                       : type == at::kHalf   ? float(at::Half(y[i]))
                                             : y[i];
 }
-
-inline void cpuRelax()
-{
-#if STOWAGE_GEMV_X86
-    _mm_pause();
-#endif
-}
-
-// Which matrix followed which, learnt from the calls: a decode step
-// multiplies the same matrices in the same order every token. Direct
-// mapped by address, so it stays small however many buffers come and go.
-class Successors {
-public:
-    struct Next {
-        const void* data = nullptr;
-        size_t bytes = 0;
-    };
-    // Records `data` as the successor of the previous call's matrix and
-    // returns the one that followed `data` last time.
-    Next follow(const void* data, size_t bytes)
-    {
-        if (m_last)
-            m_slots[slot(m_last)] = {m_last, {data, bytes}};
-        m_last = data;
-        const Slot& s = m_slots[slot(data)];
-        return s.key == data ? s.next : Next{};
-    }
-
-private:
-    struct Slot {
-        const void* key = nullptr;
-        Next next;
-    };
-    static size_t slot(const void* p) { return (reinterpret_cast<uintptr_t>(p) >> 6) % kSlots; }
-    static constexpr size_t kSlots = 1021;
-    Slot m_slots[kSlots];
-    const void* m_last = nullptr;
-};
-
-// The threads that stream W beside the caller. Not at::parallel_for: that is
-// a header template, parallel only where the including file is compiled
-// with OpenMP and LibTorch's own macros, and serial here (measured: one call,
-// 0-2, for two "threads"), so the kernels ran on one core. After a job each
-// helper spins for a short window before it sleeps: the next matrix of a
-// decode step follows within microseconds, and waking a sleeping thread costs
-// more than that in a VM. A second caller while a job runs (another model in
-// the same process) does its rows alone rather than wait.
-class Helpers {
-public:
-    using Job = void (*)(void* ctx, int worker);
-
-    static Helpers& instance()
-    {
-        static Helpers h;
-        return h;
-    }
-
-    // Runs job(ctx, w) for w = 0 .. threads-1, w = 0 on the calling thread.
-    // `streamed` (with its size) names the matrix the job reads: a helper
-    // that has finished its part reads ahead into the matrix that followed
-    // this one last time (below).
-    void run(int threads, Job job, void* ctx, const void* streamed = nullptr, size_t bytes = 0)
-    {
-        std::unique_lock<std::mutex> busy(m_busy, std::try_to_lock);
-        if (!busy.owns_lock() || threads <= 1) {
-            for (int w = 0; w < std::max(1, threads); ++w)
-                job(ctx, w);
-            return;
-        }
-        grow(threads - 1);
-        m_job = job;
-        m_ctx = ctx;
-        m_wanted = threads - 1;
-        if (streamed)
-            m_ahead = m_successors.follow(streamed, bytes);
-        m_finished.store(0, std::memory_order_relaxed);
-        {
-            std::lock_guard<std::mutex> lock(m_mutex);
-            m_generation.fetch_add(1, std::memory_order_release);
-        }
-        m_wake.notify_all();
-        job(ctx, 0);
-        while (m_finished.load(std::memory_order_acquire) < m_wanted)
-            cpuRelax();
-    }
-
-    ~Helpers()
-    {
-        {
-            std::lock_guard<std::mutex> lock(m_mutex);
-            m_stop = true;
-            m_generation.fetch_add(1);
-        }
-        m_wake.notify_all();
-        for (auto& t : m_threads)
-            t.join();
-    }
-
-private:
-    void grow(int helpers)
-    {
-        while (int(m_threads.size()) < helpers) {
-            const int index = int(m_threads.size()) + 1;
-            // The generation before this job's: a thread that starts late
-            // still sees the job as new.
-            const uint64_t before = m_generation.load(std::memory_order_acquire);
-            m_threads.emplace_back([this, index, before] { loop(index, before); });
-        }
-    }
-
-    void loop(int index, uint64_t seen)
-    {
-        for (;;) {
-            const auto spinUntil = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
-            uint64_t g = m_generation.load(std::memory_order_acquire);
-            for (int i = 0; g == seen; ++i) {
-                cpuRelax();
-                // Give the core to any other runnable thread now and then (the
-                // prefetcher's copies): a pure spin held them off for 200 us.
-                if ((i & 63) == 63)
-                    std::this_thread::yield();
-                if ((i & 255) == 255 && std::chrono::steady_clock::now() > spinUntil) {
-                    std::unique_lock<std::mutex> lock(m_mutex);
-                    m_wake.wait(lock, [&] { return m_generation.load(std::memory_order_acquire) != seen; });
-                }
-                g = m_generation.load(std::memory_order_acquire);
-            }
-            seen = g;
-            if (m_stop)
-                return;
-            if (index <= m_wanted) {
-                const Successors::Next ahead = index == 1 ? m_ahead : Successors::Next{};
-                m_job(m_ctx, index);
-                m_finished.fetch_add(1, std::memory_order_release);
-                readAhead(ahead, seen);
-            }
-        }
-    }
-
-    // Software prefetches over the first bytes of the next matrix until the
-    // next job starts. They never fault, so a matrix freed since (an
-    // offloaded layer's step buffer) costs nothing but the hint.
-    void readAhead(const Successors::Next& next, uint64_t seen)
-    {
-#if STOWAGE_GEMV_X86
-        const char* p = static_cast<const char*>(next.data);
-        const size_t bytes = std::min(next.bytes, kReadAhead);
-        for (size_t at = 0; p && at < bytes; at += 64 * 64) {
-            if (m_generation.load(std::memory_order_relaxed) != seen)
-                return;
-            for (size_t line = at; line < std::min(bytes, at + 64 * 64); line += 64)
-                _mm_prefetch(p + line, _MM_HINT_T1);
-        }
-#else
-        (void)next, (void)seen;
-#endif
-    }
-
-    // At most this much of the next matrix is read ahead: a quarter of a
-    // 32 MiB L3, so it is still there when the next job reaches it.
-    static constexpr size_t kReadAhead = size_t(8) << 20;
-
-    std::mutex m_busy;  // one job at a time
-    std::mutex m_mutex; // sleeping and waking
-    std::condition_variable m_wake;
-    std::vector<std::thread> m_threads;
-    std::atomic<uint64_t> m_generation{0};
-    std::atomic<int> m_finished{0};
-    Job m_job = nullptr;
-    void* m_ctx = nullptr;
-    int m_wanted = 0;
-    bool m_stop = false;
-    Successors m_successors; // under m_busy
-    Successors::Next m_ahead; // for the current job
-};
 
 } // namespace
 
@@ -535,27 +359,6 @@ std::vector<at::Tensor> gemvAllWith(GemvKernel kernel, const std::vector<at::Ten
     return ys;
 }
 
-namespace {
-rows::SoftmaxFn softmaxFor(GemvKernel kernel)
-{
-#if STOWAGE_GEMV_X86
-    if (kernel == GemvKernel::Avx2)
-        return rows::softmaxAvx2;
-    if (kernel == GemvKernel::Avx512 || kernel == GemvKernel::Avx512Bf16)
-        return rows::softmaxAvx512;
-#endif
-    (void)kernel;
-    return nullptr;
-}
-} // namespace
-
-float softmaxWeights(GemvKernel kernel, float* p, int64_t n, float scale, int round)
-{
-    const rows::SoftmaxFn f = cpuHas(kernel) ? softmaxFor(kernel) : nullptr;
-    if (!f)
-        throw std::invalid_argument(std::string("no softmax with the ") + gemvKernelName(kernel) + " kernel here");
-    return f(p, n, scale, round);
-}
 
 #if STOWAGE_GEMV_X86
 namespace {
@@ -688,8 +491,7 @@ void narrowToHalf(const float* src, void* dst, int64_t n)
 
 at::Tensor gemv(const at::Tensor& w, const at::Tensor& x) { return gemvWith(gemvKernelFor(w.scalar_type()), w, x); }
 
-namespace {
-// The accumulate-rows kernel for W of `dtype` under `kernel`, or nullptr.
+namespace detail {
 rows::AccFn accFor(GemvKernel kernel, at::ScalarType dtype)
 {
 #if STOWAGE_GEMV_X86
@@ -707,7 +509,7 @@ rows::AccFn accFor(GemvKernel kernel, at::ScalarType dtype)
     return nullptr;
 }
 int accWidth(GemvKernel kernel) { return kernel == GemvKernel::Avx2 ? 8 : 16; }
-} // namespace
+} // namespace detail
 
 at::Tensor gemvT(const at::Tensor& w, const at::Tensor& x)
 {
@@ -743,116 +545,5 @@ at::Tensor gemvT(const at::Tensor& w, const at::Tensor& x)
     return xt == at::kFloat ? y : y.to(xt);
 }
 
-#if STOWAGE_GEMV_X86
-namespace {
-// A hint that the line at p will be read soon, into L2; never faults. An
-// asm statement: GCC 12 at -O2 deleted _mm_prefetch calls under conditions
-// (gemv_isa.h).
-inline void prefetchToL2(const char* p) { asm volatile("prefetcht1 %0" : : "m"(*p)); }
-} // namespace
-#endif
-
-at::Tensor attendOne(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale)
-{
-#if STOWAGE_GEMV_X86
-    // q's dtype (the activations'), and the cache's: the same, or fp16 keys
-    // and values with fp32 activations (LayerCache::storeAs).
-    const at::ScalarType dt = q.scalar_type(), kvt = k.scalar_type();
-    if (!supportedDType(dt) || (kvt != dt && !(dt == at::kFloat && kvt == at::kHalf)) || v.scalar_type() != kvt ||
-        !q.is_cpu() || !k.is_cpu() || !v.is_cpu() || q.dim() != 4 || k.dim() != 4 || q.size(0) != 1 ||
-        q.size(2) != 1 || k.sizes() != v.sizes())
-        return {};
-    const int64_t heads = q.size(1), dim = q.size(3), kvHeads = k.size(1), positions = k.size(2);
-    GemvKernel kernel = gemvKernelFor(kvt);
-    if (kernel == GemvKernel::Avx512Bf16)
-        kernel = GemvKernel::Avx512; // q stays fp32 here
-    if (kernel == GemvKernel::None || dim % accWidth(kernel) != 0 || k.size(0) != 1 || k.size(3) != dim ||
-        kvHeads < 1 || heads % kvHeads != 0 || positions < 1 || k.stride(3) != 1 || k.stride(2) != dim ||
-        v.stride(3) != 1 || v.stride(2) != dim)
-        return {};
-    struct Work {
-        rows::ScoresFn scores;
-        int kind; // the cache's dtype for `scores`: 0 fp32, 1 bf16, 2 fp16
-        rows::AccFn acc;
-        rows::SoftmaxFn softmax;
-        const char *k, *v;
-        int64_t kHead, vHead, group, dim, positions, heads, headBytes;
-        const void* q;
-        void* out;
-        float* scratch; // per thread: scores, q's head in fp32, its output
-        at::ScalarType dt;
-        double scale;
-        int round; // softmax weights rounded to: 0 fp32, 1 bf16, 2 fp16
-        int threads;
-    } work;
-    const int64_t es = int64_t(at::elementSize(kvt));
-    const at::Tensor qc = q.contiguous();
-    at::Tensor out = at::empty({1, heads, 1, dim}, q.options());
-    const int threads = int(std::min<int64_t>(std::max(1, at::get_num_threads()), heads));
-    // Not LibTorch tensors: its conversion of q, a zeroed output and a scores
-    // buffer (and the output's conversion after) cost 12 us of each layer's
-    // 55-65 in the small bf16 model's decode.
-    thread_local std::vector<float> scratch;
-    const size_t perThread = size_t(positions + 2 * dim);
-    if (scratch.size() < perThread * size_t(threads))
-        scratch.resize(perThread * size_t(threads));
-    work.scores = kernel == GemvKernel::Avx2 ? rows::scoresAvx2 : rows::scoresAvx512;
-    work.kind = kvt == at::kFloat ? 0 : kvt == at::kBFloat16 ? 1 : 2;
-    work.acc = accFor(kernel, kvt);
-    work.softmax = softmaxFor(kernel);
-    work.k = static_cast<const char*>(k.data_ptr());
-    work.v = static_cast<const char*>(v.data_ptr());
-    work.kHead = k.stride(1) * es;
-    work.vHead = v.stride(1) * es;
-    work.group = heads / kvHeads;
-    work.dim = dim;
-    work.positions = positions;
-    work.heads = heads;
-    work.headBytes = std::min<int64_t>(positions * dim * es, int64_t(64) << 10);
-    work.q = qc.data_ptr();
-    work.out = out.data_ptr();
-    work.scratch = scratch.data();
-    work.dt = dt;
-    work.scale = scale;
-    work.round = dt == at::kBFloat16 ? 1 : dt == at::kHalf ? 2 : 0;
-    work.threads = threads;
-    // Heads in a fixed interleave (thread w takes w, w + threads, ...), so
-    // each thread knows its next head and asks for its keys and values while
-    // it reads this one's: in decode every head's are a fresh stream from
-    // memory, and the threads read them at 7 GB/s a core without the hint.
-    Helpers::instance().run(threads, [](void* ctx, int worker) {
-        auto& s = *static_cast<Work*>(ctx);
-        float* p = s.scratch + worker * (s.positions + 2 * s.dim);
-        float* qh = p + s.positions;
-        float* o = qh + s.dim;
-        for (int64_t h = worker; h < s.heads; h += s.threads) {
-            const int64_t kv = h / s.group; // repeat_kv: head h reads kv head h / group
-            const int64_t nextKv = (h + s.threads) / s.group;
-            if (h + s.threads < s.heads && nextKv != kv)
-                for (int64_t b = 0; b < s.headBytes; b += 64) {
-                    prefetchToL2(s.k + nextKv * s.kHead + b);
-                    prefetchToL2(s.v + nextKv * s.vHead + b);
-                }
-            for (int64_t d = 0; d < s.dim; ++d)
-                qh[d] = element(s.q, s.dt, h * s.dim + d);
-            s.scores(s.k + kv * s.kHead, s.kind, qh, s.dim, s.positions, p);
-            // Softmax in fp32; for bf16/fp16 the unnormalised weights are
-            // rounded to the dtype before they meet V and the sum divides
-            // at the end, as PyTorch's CPU attention kernel does.
-            const double sum = s.softmax(p, s.positions, float(s.scale), s.round);
-            std::fill(o, o + s.dim, 0.0f);
-            s.acc(s.v + kv * s.vHead, p, s.dim, s.positions, o);
-            const float inv = float(1.0 / sum);
-            for (int64_t d = 0; d < s.dim; ++d)
-                o[d] *= inv;
-            storeIn(s.out, s.dt, h * s.dim, o, s.dim);
-        }
-    }, &work);
-    return out;
-#else
-    (void)q, (void)k, (void)v, (void)scale;
-    return {};
-#endif
-}
 
 } // namespace stowage::arch

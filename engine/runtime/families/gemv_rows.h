@@ -1,5 +1,5 @@
 #pragma once
-// Row kernels for gemv.cpp, one translation unit per instruction set
+// Row kernels for gemv.cpp and attention.cpp, one translation unit per instruction set
 // (gemv_avx2.cpp, gemv_avx512.cpp, each compiled with its -m flags and called
 // only after a run-time CPU check). Each computes rows [r0, r1) of
 // y = W x for W [n, k] row-major, in fp32 sums. No LibTorch types here.

@@ -140,6 +140,24 @@ const std::pair<at::ScalarType, at::ScalarType> kPairs[] = {{at::kFloat, at::kFl
                                                             {at::kBFloat16, at::kFloat},
                                                             {at::kHalf, at::kFloat},
                                                             {at::kHalf, at::kHalf}};
+// gemv() (and the loops that follow fp32's kernel) use `kernel` for `dtype`
+// while this lives; the choice before comes back when it goes, also when a
+// failed check returns from the test early.
+class UsingKernel {
+public:
+    UsingKernel(at::ScalarType dtype, GemvKernel kernel) : m_dtype(dtype), m_before(gemvKernelFor(dtype))
+    {
+        overrideGemvKernel(dtype, kernel);
+    }
+    ~UsingKernel() { overrideGemvKernel(m_dtype, m_before); }
+    UsingKernel(const UsingKernel&) = delete;
+    UsingKernel& operator=(const UsingKernel&) = delete;
+
+private:
+    at::ScalarType m_dtype;
+    GemvKernel m_before;
+};
+
 void addKernelRows()
 {
     QTest::addColumn<int>("kernel");
@@ -278,8 +296,6 @@ void TestGemv::attentionAgainstDoubleSums()
     QFETCH(int, positions);
     QFETCH(int, qDtype);
     const auto dt = at::ScalarType(dtype), qdt = at::ScalarType(qDtype);
-    const GemvKernel before = gemvKernelFor(dt);
-    overrideGemvKernel(dt, GemvKernel(kernel));
     std::mt19937 rng(uint32_t(heads * 131 + dim * 7 + positions));
     const int64_t capacity = positions + 5;
     at::Tensor q = uniform(heads, dim, rng, qdt).view({1, heads, 1, dim});
@@ -287,8 +303,11 @@ void TestGemv::attentionAgainstDoubleSums()
     at::Tensor vb = uniform(kvHeads * capacity, dim, rng, dt).view({1, kvHeads, capacity, dim});
     at::Tensor k = kb.narrow(2, 0, positions), v = vb.narrow(2, 0, positions);
     const double scale = 1.0 / std::sqrt(double(dim));
-    at::Tensor got = attendOne(q, k, v, scale);
-    overrideGemvKernel(dt, before);
+    at::Tensor got;
+    {
+        const UsingKernel use(dt, GemvKernel(kernel));
+        got = attendOne(q, k, v, scale);
+    }
     QVERIFY(got.defined());
     QCOMPARE(got.scalar_type(), qdt);
     QCOMPARE(got.sizes().vec(), (std::vector<int64_t>{1, heads, 1, dim}));
@@ -406,9 +425,8 @@ void TestGemv::normAndRotaryAsLibTorch()
     // sum of squares is summed in another order). Each instruction set's
     // loops (they follow fp32's GEMV kernel) and the scalar ones (none);
     // lengths with and without vector tails.
-    const GemvKernel before = gemvKernelFor(at::kFloat);
     for (GemvKernel k : gemvKernels(at::kFloat)) {
-        overrideGemvKernel(at::kFloat, k);
+        const UsingKernel use(at::kFloat, k);
         const char* kernel = gemvKernelName(k);
         std::mt19937 rng(11);
         for (at::ScalarType dt : {at::kFloat, at::kBFloat16})
@@ -449,7 +467,6 @@ void TestGemv::normAndRotaryAsLibTorch()
                          qPrintable(QString("%1 %2 dim %3").arg(kernel, c10::toString(dt)).arg(dim)));
             }
     }
-    overrideGemvKernel(at::kFloat, before);
 }
 
 void TestGemv::siluMulAsLibTorch()
@@ -461,9 +478,8 @@ void TestGemv::siluMulAsLibTorch()
     // moves a third or more). Gates reach +-100, past where e^-x overflows a
     // float, and the lengths cover vector tails. Each instruction set's loop,
     // and none (LibTorch's operations).
-    const GemvKernel before = gemvKernelFor(at::kFloat);
     for (GemvKernel k : gemvKernels(at::kFloat)) {
-        overrideGemvKernel(at::kFloat, k);
+        const UsingKernel use(at::kFloat, k);
         const char* kernel = gemvKernelName(k);
         std::mt19937 rng(23);
         std::uniform_real_distribution<float> d(-12.0f, 12.0f);
@@ -494,7 +510,6 @@ void TestGemv::siluMulAsLibTorch()
                 }
             }
     }
-    overrideGemvKernel(at::kFloat, before);
     QVERIFY(!siluTimes(at::ones({2, 16}), at::ones({2, 16})).defined()); // two rows
     QVERIFY(!siluTimes(at::ones({1, 16}, at::kHalf), at::ones({1, 16}, at::kHalf)).defined());
 }
@@ -512,12 +527,7 @@ void TestGemv::transposedAgainstDoubleSums()
     QFETCH(int, xdtype);
     const auto wt = at::ScalarType(wdtype), xt = at::ScalarType(xdtype);
     const GemvKernel kt = GemvKernel(kernel);
-    struct Restore {
-        at::ScalarType t;
-        GemvKernel k;
-        ~Restore() { overrideGemvKernel(t, k); }
-    } restore{wt, gemvKernelFor(wt)};
-    overrideGemvKernel(wt, kt);
+    const UsingKernel use(wt, kt);
     std::mt19937 rng(5);
     if (kt == GemvKernel::None) { // no kernel: the caller's LibTorch path
         QVERIFY(!gemvT(uniform(8, 32, rng, wt), uniform(1, 8, rng, xt)[0]).defined());

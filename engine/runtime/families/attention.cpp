@@ -16,23 +16,10 @@ namespace stowage::arch {
 
 using namespace detail;
 
-namespace {
-rows::SoftmaxFn softmaxFor(GemvKernel kernel)
-{
-#if STOWAGE_GEMV_X86
-    if (kernel == GemvKernel::Avx2)
-        return rows::softmaxAvx2;
-    if (kernel == GemvKernel::Avx512 || kernel == GemvKernel::Avx512Bf16)
-        return rows::softmaxAvx512;
-#endif
-    (void)kernel;
-    return nullptr;
-}
-} // namespace
-
 float softmaxWeights(GemvKernel kernel, float* p, int64_t n, float scale, int round)
 {
-    const rows::SoftmaxFn f = cpuHas(kernel) ? softmaxFor(kernel) : nullptr;
+    const rows::Kernels* isa = isaOf(kernel);
+    const rows::SoftmaxFn f = isa ? isa->softmax : nullptr;
     if (!f)
         throw std::invalid_argument(std::string("no softmax with the ") + gemvKernelName(kernel) + " kernel here");
     return f(p, n, scale, round);
@@ -91,10 +78,11 @@ at::Tensor attendOne(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
     const size_t perThread = size_t(positions + 2 * dim);
     if (scratch.size() < perThread * size_t(threads))
         scratch.resize(perThread * size_t(threads));
-    work.scores = kernel == GemvKernel::Avx2 ? rows::scoresAvx2 : rows::scoresAvx512;
+    const rows::Kernels& isa = *isaOf(kernel); // a kernel of this CPU's, not None
+    work.scores = isa.scores;
     work.kind = kvt == at::kFloat ? 0 : kvt == at::kBFloat16 ? 1 : 2;
     work.acc = accFor(kernel, kvt);
-    work.softmax = softmaxFor(kernel);
+    work.softmax = isa.softmax;
     work.k = static_cast<const char*>(k.data_ptr());
     work.v = static_cast<const char*>(v.data_ptr());
     work.kHead = k.stride(1) * es;

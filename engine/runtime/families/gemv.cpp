@@ -49,31 +49,43 @@ bool cpuHas(GemvKernel k)
 
 bool supportedDType(at::ScalarType dt) { return dt == at::kFloat || dt == at::kBFloat16 || dt == at::kHalf; }
 
+const rows::Kernels* isaOf(GemvKernel k)
+{
+#if STOWAGE_GEMV_X86
+    if (!cpuHas(k))
+        return nullptr;
+    if (k == GemvKernel::Avx2)
+        return &rows::kAvx2;
+    if (k == GemvKernel::Avx512 || k == GemvKernel::Avx512Bf16)
+        return &rows::kAvx512;
+#endif
+    (void)k;
+    return nullptr;
+}
+
 } // namespace detail
 
 using namespace detail;
 
 namespace {
 
+// Whether `k` multiplies W of `dtype` by x of `xdtype` as bf16 pairs
+// (vdpbf16ps: x stays bf16); the other kernels take fp32 x.
+bool pairsOfBf16(GemvKernel k, at::ScalarType dtype, at::ScalarType xdtype)
+{
+    return k == GemvKernel::Avx512Bf16 && dtype == at::kBFloat16 && xdtype == at::kBFloat16;
+}
+
 // The row kernel for W of `dtype` with an x of `xdtype` (fp32 or bf16), or
 // nullptr for at::mv.
 rows::Fn rowsFor(GemvKernel k, at::ScalarType dtype, at::ScalarType xdtype)
 {
-#if STOWAGE_GEMV_X86
-    if (k == GemvKernel::Avx512Bf16 && dtype == at::kBFloat16 && xdtype == at::kBFloat16)
-        return rows::bf16Dp;
-    const bool wide = k == GemvKernel::Avx512 || k == GemvKernel::Avx512Bf16;
-    if (wide || k == GemvKernel::Avx2) {
-        switch (dtype) {
-        case at::kFloat: return wide ? rows::f32Avx512 : rows::f32Avx2;
-        case at::kBFloat16: return wide ? rows::bf16Avx512 : rows::bf16Avx2;
-        case at::kHalf: return wide ? rows::f16Avx512 : rows::f16Avx2;
-        default: break;
-        }
-    }
-#endif
-    (void)k, (void)dtype, (void)xdtype;
-    return nullptr;
+    const rows::Kernels* isa = isaOf(k);
+    if (!isa)
+        return nullptr;
+    if (pairsOfBf16(k, dtype, xdtype))
+        return isa->bf16Dp;
+    return dtype == at::kFloat ? isa->f32 : dtype == at::kBFloat16 ? isa->bf16 : dtype == at::kHalf ? isa->f16 : nullptr;
 }
 
 GemvKernel fromEnv(at::ScalarType dtype)
@@ -247,7 +259,7 @@ std::vector<at::Tensor> gemvAllWith(GemvKernel kernel, const std::vector<at::Ten
     }
     // The kernels take fp32 x, but for the bf16 x bf16 products of vdpbf16ps.
     const rows::Fn f = rowsFor(kernel, wt, xt);
-    const at::Tensor xin = f == rows::Fn(rows::bf16Dp) || xt == at::kFloat ? x.contiguous() : x.to(at::kFloat);
+    const at::Tensor xin = pairsOfBf16(kernel, wt, xt) || xt == at::kFloat ? x.contiguous() : x.to(at::kFloat);
     std::vector<at::Tensor> ys;
     if (!f) {
         for (size_t i = 0; i < ws.size(); ++i) {
@@ -360,59 +372,36 @@ std::vector<at::Tensor> gemvAllWith(GemvKernel kernel, const std::vector<at::Ten
 }
 
 
-#if STOWAGE_GEMV_X86
 namespace {
-// The instruction set of the elementwise loops: fp32's GEMV kernel's
-// (STOWAGE_GEMV=avx2 or none moves them too; the tests run each).
-GemvKernel elementwiseKernel()
-{
-    const GemvKernel k = gemvKernelFor(at::kFloat);
-    return k == GemvKernel::Avx512Bf16 ? GemvKernel::Avx512 : k;
-}
+// The kernels of the elementwise loops: those of fp32's GEMV kernel's
+// instruction set (STOWAGE_GEMV=avx2 or none moves them too; the tests run
+// each), or nullptr.
+const rows::Kernels* elementwise() { return isaOf(gemvKernelFor(at::kFloat)); }
 } // namespace
-#endif
 
 rows::RotaryFn rotaryKernel()
 {
-#if STOWAGE_GEMV_X86
-    switch (elementwiseKernel()) {
-    case GemvKernel::Avx2: return rows::rotaryAvx2;
-    case GemvKernel::Avx512: return rows::rotaryAvx512;
-    default: break;
-    }
-#endif
-    return nullptr;
+    const rows::Kernels* isa = elementwise();
+    return isa ? isa->rotary : nullptr;
 }
 
 rows::RmsNormFn rmsNormKernel()
 {
-#if STOWAGE_GEMV_X86
-    switch (elementwiseKernel()) {
-    case GemvKernel::Avx2: return rows::rmsNormAvx2;
-    case GemvKernel::Avx512: return rows::rmsNormAvx512;
-    default: break;
-    }
-#endif
-    return nullptr;
+    const rows::Kernels* isa = elementwise();
+    return isa ? isa->rmsNorm : nullptr;
 }
 
 at::Tensor siluTimes(const at::Tensor& gate, const at::Tensor& up)
 {
-#if STOWAGE_GEMV_X86
     const at::ScalarType t = gate.scalar_type();
-    const GemvKernel k = elementwiseKernel();
-    if (k == GemvKernel::None || (t != at::kFloat && t != at::kBFloat16) || up.scalar_type() != t || !gate.is_cpu() ||
-        !up.is_cpu() || gate.dim() != 2 || gate.size(0) != 1 || gate.sizes() != up.sizes() ||
-        !gate.is_contiguous() || !up.is_contiguous())
+    const rows::Kernels* isa = elementwise();
+    if (!isa || (t != at::kFloat && t != at::kBFloat16) || up.scalar_type() != t || !gate.is_cpu() || !up.is_cpu() ||
+        gate.dim() != 2 || gate.size(0) != 1 || gate.sizes() != up.sizes() || !gate.is_contiguous() ||
+        !up.is_contiguous())
         return {};
     at::Tensor out = at::empty_like(gate);
-    (k == GemvKernel::Avx2 ? rows::siluMulAvx2 : rows::siluMulAvx512)(gate.data_ptr(), up.data_ptr(),
-                                                                     out.data_ptr(), gate.numel(), t == at::kBFloat16);
+    isa->siluMul(gate.data_ptr(), up.data_ptr(), out.data_ptr(), gate.numel(), t == at::kBFloat16);
     return out;
-#else
-    (void)gate, (void)up;
-    return {};
-#endif
 }
 
 at::Tensor gemvWith(GemvKernel kernel, const at::Tensor& w, const at::Tensor& x)
@@ -426,18 +415,14 @@ std::vector<at::Tensor> gemvAll(const std::vector<at::Tensor>& ws, const at::Ten
 }
 
 namespace {
+// The widest instruction set this CPU runs, or nullptr.
+const rows::Kernels* widest() { return isaOf(cpu().avx512 ? GemvKernel::Avx512 : GemvKernel::Avx2); }
+
 // The kernel that widens fp16 or bf16 to fp32 on this CPU, or nullptr.
 rows::WidenFn widenFor(at::ScalarType type)
 {
-#if STOWAGE_GEMV_X86
-    const bool wide = cpu().avx512;
-    if (cpu().avx2 && type == at::kHalf)
-        return wide ? rows::widenF16Avx512 : rows::widenF16Avx2;
-    if (cpu().avx2 && type == at::kBFloat16)
-        return wide ? rows::widenBf16Avx512 : rows::widenBf16Avx2;
-#endif
-    (void)type;
-    return nullptr;
+    const rows::Kernels* isa = widest();
+    return !isa ? nullptr : type == at::kHalf ? isa->widenF16 : type == at::kBFloat16 ? isa->widenBf16 : nullptr;
 }
 } // namespace
 
@@ -478,12 +463,10 @@ void widen(const void* src, at::ScalarType type, float* dst, int64_t n)
 
 void narrowToHalf(const float* src, void* dst, int64_t n)
 {
-#if STOWAGE_GEMV_X86
-    if (cpu().avx2) { // AVX2 here includes F16C (cpu())
-        rows::narrowF16(src, dst, n);
+    if (const rows::Kernels* isa = isaOf(GemvKernel::Avx2)) { // AVX2 here includes F16C (cpu())
+        isa->narrowF16(src, dst, n);
         return;
     }
-#endif
     auto* out = static_cast<at::Half*>(dst);
     for (int64_t i = 0; i < n; ++i)
         out[i] = at::Half(src[i]);
@@ -494,19 +477,11 @@ at::Tensor gemv(const at::Tensor& w, const at::Tensor& x) { return gemvWith(gemv
 namespace detail {
 rows::AccFn accFor(GemvKernel kernel, at::ScalarType dtype)
 {
-#if STOWAGE_GEMV_X86
-    const bool wide = kernel == GemvKernel::Avx512 || kernel == GemvKernel::Avx512Bf16;
-    if (!wide && kernel != GemvKernel::Avx2)
+    const rows::Kernels* isa = isaOf(kernel);
+    if (!isa)
         return nullptr;
-    switch (dtype) {
-    case at::kFloat: return wide ? rows::f32AccAvx512 : rows::f32AccAvx2;
-    case at::kBFloat16: return wide ? rows::bf16AccAvx512 : rows::bf16AccAvx2;
-    case at::kHalf: return wide ? rows::f16AccAvx512 : rows::f16AccAvx2;
-    default: break;
-    }
-#endif
-    (void)kernel, (void)dtype;
-    return nullptr;
+    return dtype == at::kFloat ? isa->accF32 : dtype == at::kBFloat16 ? isa->accBf16 : dtype == at::kHalf ? isa->accF16
+                                                                                                          : nullptr;
 }
 int accWidth(GemvKernel kernel) { return kernel == GemvKernel::Avx2 ? 8 : 16; }
 } // namespace detail

@@ -95,69 +95,9 @@ struct Isa {
 
 #include "gemv_isa.h"
 
-namespace stowage::arch::rows {
+namespace {
 
-void f32Avx2(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y, int64_t ahead)
-{
-    rowsOf<float>(w, x, k, r0, r1, y, ahead);
-}
-void bf16Avx2(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y, int64_t ahead)
-{
-    rowsOf<Bf16>(w, x, k, r0, r1, y, ahead);
-}
-void f16Avx2(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y, int64_t ahead)
-{
-    rowsOf<F16>(w, x, k, r0, r1, y, ahead);
-}
-
-void f32AccAvx2(const void* w, const float* p, int64_t k, int64_t n, float* y)
-{
-    accumulateRows<float>(w, p, k, n, y);
-}
-void bf16AccAvx2(const void* w, const float* p, int64_t k, int64_t n, float* y)
-{
-    accumulateRows<Bf16>(w, p, k, n, y);
-}
-void f16AccAvx2(const void* w, const float* p, int64_t k, int64_t n, float* y)
-{
-    accumulateRows<F16>(w, p, k, n, y);
-}
-
-float softmaxAvx2(float* p, int64_t n, float scale, int round)
-{
-    return softmaxWeights(p, n, scale, round);
-}
-
-void siluMulAvx2(const void* a, const void* b, void* out, int64_t n, bool bf16)
-{
-    siluMulOf(a, b, out, n, bf16);
-}
-
-void rotaryAvx2(const void* q, int64_t headStride, int64_t heads, int64_t dim, const void* cos, const void* sin,
-                void* out, bool bf16)
-{
-    rotaryOf(q, headStride, heads, dim, cos, sin, out, bf16);
-}
-
-void scoresAvx2(const void* k, int kind, const float* q, int64_t dim, int64_t n, float* out)
-{
-    scoresOfKind(k, kind, q, dim, n, out);
-}
-
-void rmsNormAvx2(const void* x, const void* w, int64_t rows, int64_t n, float eps, void* out, int kind)
-{
-    rmsNormOf(x, w, rows, n, eps, out, kind);
-}
-
-void widenF16Avx2(const void* src, float* dst, int64_t n)
-{
-    widenAll<F16>(src, dst, n);
-}
-void widenBf16Avx2(const void* src, float* dst, int64_t n)
-{
-    widenAll<Bf16>(src, dst, n);
-}
-
+// n fp32 rounded to fp16 by F16C (gemv_rows.h NarrowFn).
 void narrowF16(const float* src, void* dst, int64_t n)
 {
     auto* out = static_cast<uint16_t*>(dst);
@@ -168,5 +108,16 @@ void narrowF16(const float* src, void* dst, int64_t n)
     for (; i < n; ++i)
         out[i] = uint16_t(_mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(src[i]), _MM_FROUND_TO_NEAREST_INT), 0));
 }
+
+} // namespace
+
+namespace stowage::arch::rows {
+
+const Kernels kAvx2 = {
+    rowsOf<float>, rowsOf<Bf16>, rowsOf<F16>, nullptr, // f32, bf16, f16, bf16Dp
+    accumulateRows<float>, accumulateRows<Bf16>, accumulateRows<F16>,
+    scoresOfKind, ::softmaxWeights, siluMulOf, rotaryOf, rmsNormOf,
+    widenAll<F16>, widenAll<Bf16>, narrowF16, // widenF16, widenBf16, narrowF16
+};
 
 } // namespace stowage::arch::rows

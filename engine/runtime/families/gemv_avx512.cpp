@@ -193,27 +193,7 @@ void dp1(const uint16_t* w0, const uint16_t* x, int64_t k, int64_t ahead, float*
     y[0] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
 }
 
-} // namespace
-
-namespace stowage::arch::rows {
-
-void scoresAvx512(const void* k, int kind, const float* q, int64_t dim, int64_t n, float* out)
-{
-    scoresOfKind(k, kind, q, dim, n, out);
-}
-
-void f32Avx512(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y, int64_t ahead)
-{
-    rowsOf<float>(w, x, k, r0, r1, y, ahead);
-}
-void bf16Avx512(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y, int64_t ahead)
-{
-    rowsOf<Bf16>(w, x, k, r0, r1, y, ahead);
-}
-void f16Avx512(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y, int64_t ahead)
-{
-    rowsOf<F16>(w, x, k, r0, r1, y, ahead);
-}
+// The dot-product kernel's rows (gemv_isa.h rowBlocks).
 void bf16Dp(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, float* y, int64_t ahead)
 {
     // Eight rows at a time only with hints: without them (AMD) four, as measured there.
@@ -223,47 +203,15 @@ void bf16Dp(const void* w, const void* x, int64_t k, int64_t r0, int64_t r1, flo
         rowBlocks<uint16_t, uint16_t, dp4, dp1>(w, x, k, r0, r1, y, ahead);
 }
 
-void f32AccAvx512(const void* w, const float* p, int64_t k, int64_t n, float* y)
-{
-    accumulateRows<float>(w, p, k, n, y);
-}
-void bf16AccAvx512(const void* w, const float* p, int64_t k, int64_t n, float* y)
-{
-    accumulateRows<Bf16>(w, p, k, n, y);
-}
-void f16AccAvx512(const void* w, const float* p, int64_t k, int64_t n, float* y)
-{
-    accumulateRows<F16>(w, p, k, n, y);
-}
+} // namespace
 
-float softmaxAvx512(float* p, int64_t n, float scale, int round)
-{
-    return softmaxWeights(p, n, scale, round);
-}
+namespace stowage::arch::rows {
 
-void siluMulAvx512(const void* a, const void* b, void* out, int64_t n, bool bf16)
-{
-    siluMulOf(a, b, out, n, bf16);
-}
-
-void rotaryAvx512(const void* q, int64_t headStride, int64_t heads, int64_t dim, const void* cos, const void* sin,
-                  void* out, bool bf16)
-{
-    rotaryOf(q, headStride, heads, dim, cos, sin, out, bf16);
-}
-
-void rmsNormAvx512(const void* x, const void* w, int64_t rows, int64_t n, float eps, void* out, int kind)
-{
-    rmsNormOf(x, w, rows, n, eps, out, kind);
-}
-
-void widenF16Avx512(const void* src, float* dst, int64_t n)
-{
-    widenAll<F16>(src, dst, n);
-}
-void widenBf16Avx512(const void* src, float* dst, int64_t n)
-{
-    widenAll<Bf16>(src, dst, n);
-}
+const Kernels kAvx512 = {
+    rowsOf<float>, rowsOf<Bf16>, rowsOf<F16>, bf16Dp, // f32, bf16, f16, bf16Dp
+    accumulateRows<float>, accumulateRows<Bf16>, accumulateRows<F16>,
+    scoresOfKind, ::softmaxWeights, siluMulOf, rotaryOf, rmsNormOf,
+    widenAll<F16>, widenAll<Bf16>, nullptr, // widenF16, widenBf16, narrowF16
+};
 
 } // namespace stowage::arch::rows

@@ -18,6 +18,10 @@ struct CpuFeatures {
 const CpuFeatures& cpu();
 bool cpuHas(GemvKernel k);
 bool supportedDType(at::ScalarType dt); // fp32, bf16, fp16
+// The kernel table of `k`'s instruction set (Avx512Bf16: AVX-512's, which
+// holds the dot-product kernel too), or nullptr for None, a kernel this CPU
+// cannot run, or a build without the x86 kernels.
+const rows::Kernels* isaOf(GemvKernel k);
 
 // Element i of a contiguous fp32, bf16 or fp16 buffer, widened.
 float element(const void* p, at::ScalarType t, int64_t i);

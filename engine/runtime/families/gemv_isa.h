@@ -514,7 +514,7 @@ void rmsNormAll(const void* x, const void* w, int64_t rows, int64_t n, float eps
     }
 }
 
-// The gemv_rows.h entry points' dtype dispatch, for both instruction sets.
+// The dtype dispatch of the kernel tables' entries (gemv_rows.h Kernels), for both instruction sets.
 inline void scoresOfKind(const void* k, int kind, const float* q, int64_t dim, int64_t n, float* out)
 {
     kind == 0 ? scoresOf<float>(k, q, dim, n, out) : kind == 1 ? scoresOf<Bf16>(k, q, dim, n, out)

@@ -8,12 +8,12 @@
 #include "fixtures.h"
 #include "hubcache.h"
 #include "hubcachemodel.h"
-#include "moduledevices.h"
 #include "moduletreemodel.h"
-#include "placementlayout.h"
 #include "predictionmodel.h"
 #include "snippets.h"
 #include "stowage/checkpoint.h"
+#include "stowage/moduledevices.h"
+#include "stowage/placementlayout.h"
 
 #include <QAbstractItemModelTester>
 #include <QDir>
@@ -238,7 +238,7 @@ void TestModels::placementLayoutFollowsDefinitionOrder()
         names << QString::fromStdString(tree.modules()[size_t(b.module)].name);
     // drop has no tensors, lm_head is tied to wte: neither takes room.
     QCOMPARE(names, QStringList({"transformer.wte", "transformer.wpe", "transformer.h.0", "transformer.h.1", "transformer.ln_f"}));
-    QCOMPARE(l.totalBytes, quint64(tree.root().bytes));
+    QCOMPARE(l.totalBytes, uint64_t(tree.root().bytes));
     QCOMPARE(l.runs.size(), size_t(2));
     QCOMPARE(l.runs[0].deviceCode, 0);
     QCOMPARE(l.runs[0].last, 2);

@@ -4,15 +4,15 @@
 #include "budgetmodel.h"
 #include "devicemapmodel.h"
 #include "display.h"
-#include "moduledevices.h"
 #include "moduletreemodel.h"
-#include "placementlayout.h"
 #include "placementmap.h"
 #include "plancontrols.h"
 #include "predictionmodel.h"
 #include "sharebardelegate.h"
 #include "snippets.h"
 #include "stowage/kvcache.h"
+#include "stowage/moduledevices.h"
+#include "stowage/placementlayout.h"
 
 #include <algorithm>
 

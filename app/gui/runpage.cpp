@@ -2,8 +2,6 @@
 
 #include "budgetmodel.h"
 #include "display.h"
-#include "moduledevices.h"
-#include "placementlayout.h"
 #include "placementmap.h"
 #include "planningpage.h"
 #include "runcharts.h"
@@ -12,6 +10,8 @@
 #include "snippets.h"
 #include "stowage/fileio.h"
 #include "stowage/hardware.h"
+#include "stowage/moduledevices.h"
+#include "stowage/placementlayout.h"
 #include "timelinepanel.h"
 #include "tracemodel.h"
 #include "workerclient.h"

@@ -20,7 +20,8 @@ HEADERS = {
     "formats": ["checkpoint.h", "config.h", "dtype.h", "error.h", "fileio.h", "formats.h", "mappedfile.h",
                 "offloadfolder.h", "safetensorswriter.h", "tensorinfo.h", "units.h"],
     "model": ["moduletree.h", "families.h"],
-    "plan": ["device.h", "planner.h", "kvcache.h", "costmodel.h", "hardware.h"],
+    "plan": ["device.h", "planner.h", "kvcache.h", "costmodel.h", "hardware.h", "moduledevices.h",
+             "placementlayout.h"],
     "runtime": ["runtime.h", "session.h", "telemetry.h"],
     "tokenizer": ["tokenizer.h"],
 }

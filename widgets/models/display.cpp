@@ -52,25 +52,6 @@ QColor deviceColor(const Device& d)
     return {};
 }
 
-int deviceCode(const Device& d)
-{
-    switch (d.kind) {
-    case Device::Gpu: return d.index;
-    case Device::Cpu: return CpuCode;
-    case Device::Disk: return DiskCode;
-    }
-    return -1;
-}
-
-Device deviceFromCode(int code)
-{
-    if (code == CpuCode)
-        return Device::cpu();
-    if (code == DiskCode)
-        return Device::disk();
-    return Device::gpu(code);
-}
-
 QString policyLabel(ExecutionPolicy p)
 {
     switch (p) {
@@ -94,6 +75,33 @@ QString policyDescription(ExecutionPolicy p)
         return QCoreApplication::translate("stowage", "Layers in RAM run on the CPU instead of being copied");
     }
     return {};
+}
+
+QString describeBlock(const ModuleTree& tree, const Plan& plan, const PlacementBlock& block)
+{
+    const Module& m = tree.modules()[static_cast<size_t>(block.module)];
+    QString name = m.name.empty() ? QCoreApplication::translate("stowage", "(model)") : QString::fromStdString(m.name);
+    if (block.direct)
+        name += QCoreApplication::translate("stowage", " (own tensors)");
+    QString where;
+    if (block.deviceCode == MixedCode)
+        where = QCoreApplication::translate("stowage", "split across devices");
+    else if (block.deviceCode == NoDeviceCode)
+        where = QCoreApplication::translate("stowage", "not in the map");
+    else
+        where = QCoreApplication::translate("stowage", "on %1").arg(deviceLabel(deviceFromCode(block.deviceCode)));
+    QString text = QStringLiteral("%1 (%2), %3 %4").arg(name, QString::fromStdString(m.className), formatBytes(block.bytes), where);
+    if (block.entry >= 0 && block.entry < static_cast<int>(plan.entries.size())) {
+        const PlanEntry& e = plan.entries[static_cast<size_t>(block.entry)];
+        if (!e.why.empty())
+            text += QStringLiteral("\n") +
+                    (e.module != m.name ? QCoreApplication::translate("stowage", "%1: ")
+                                              .arg(e.module.empty() ? QStringLiteral("(whole model)")
+                                                                    : QString::fromStdString(e.module))
+                                        : QString()) +
+                    QString::fromStdString(e.why);
+    }
+    return text;
 }
 
 } // namespace stowage

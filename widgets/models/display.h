@@ -4,6 +4,9 @@
 // and the totals agree at a glance.
 #include "stowage/costmodel.h"
 #include "stowage/device.h"
+#include "stowage/moduledevices.h" // deviceCode(), deviceFromCode(): the codes the models and views carry
+#include "stowage/placementlayout.h"
+#include "stowage/planner.h"
 
 #include <QColor>
 #include <QString>
@@ -19,13 +22,11 @@ QString deviceLabel(const Device& d);
 // Fill colour of a device: GPUs cycle through eight hues, the CPU is
 // orange, the disk grey. Readable on light and dark palettes.
 QColor deviceColor(const Device& d);
-// Stable code for a device (GPU index, or CpuCode / DiskCode) and back.
-constexpr int CpuCode = 1 << 20;
-constexpr int DiskCode = CpuCode + 1;
-int deviceCode(const Device& d);
-Device deviceFromCode(int code);
 // "Accelerate hooks", "Prefetch", "Compute where it lives".
 QString policyLabel(ExecutionPolicy p);
 QString policyDescription(ExecutionPolicy p);
+// A placement map block for its tooltip:
+// "model.layers.17 (LlamaDecoderLayer), 6.38 GiB on GPU 1\n<why>".
+QString describeBlock(const ModuleTree& tree, const Plan& plan, const PlacementBlock& block);
 
 } // namespace stowage

@@ -3,7 +3,7 @@
 // model, parameters. The device column carries the same colours as the
 // budget bars and the placement map; a re-plan changes only the cells of
 // modules that moved.
-#include "moduledevices.h"
+#include "stowage/moduledevices.h"
 #include "stowage/moduletree.h"
 
 #include <QAbstractItemModel>

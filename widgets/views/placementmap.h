@@ -6,7 +6,7 @@
 // setSelectedModule() outlines the blocks of a module chosen elsewhere.
 // In teaching mode (setShowsMovement) an arrow over the strip shows which
 // module's weights are moving and to which device.
-#include "placementlayout.h"
+#include "stowage/placementlayout.h"
 
 #include <QWidget>
 

@@ -1,8 +1,4 @@
-#include "placementlayout.h"
-
-#include "display.h"
-
-#include <QCoreApplication>
+#include "stowage/placementlayout.h"
 
 #include <algorithm>
 
@@ -15,9 +11,9 @@ bool isNoSplit(const ModuleTree& tree, const Module& m)
     return std::find(ns.begin(), ns.end(), m.className) != ns.end();
 }
 
-quint64 directBytes(const ModuleTree& tree, const Module& m)
+uint64_t directBytes(const ModuleTree& tree, const Module& m)
 {
-    quint64 b = 0;
+    uint64_t b = 0;
     for (int p : m.params)
         b += tree.paramBytes(tree.params()[static_cast<size_t>(p)]);
     for (int bf : m.buffers)
@@ -30,7 +26,7 @@ PlacementLayout layoutPlacement(const ModuleTree& tree, const ModuleDevices& dev
 {
     PlacementLayout out;
     const auto& mods = tree.modules();
-    auto add = [&](int module, bool direct, quint64 bytes) {
+    auto add = [&](int module, bool direct, uint64_t bytes) {
         if (bytes == 0)
             return;
         PlacementBlock b;
@@ -69,12 +65,12 @@ PlacementLayout layoutPlacement(const ModuleTree& tree, const ModuleDevices& dev
     return out;
 }
 
-int PlacementLayout::blockAt(quint64 bytes) const
+int PlacementLayout::blockAt(uint64_t bytes) const
 {
     if (blocks.empty() || bytes >= totalBytes)
         return -1;
     auto it = std::upper_bound(blocks.begin(), blocks.end(), bytes,
-                               [](quint64 v, const PlacementBlock& b) { return v < b.offset; });
+                               [](uint64_t v, const PlacementBlock& b) { return v < b.offset; });
     return static_cast<int>(it - blocks.begin()) - 1;
 }
 
@@ -92,33 +88,6 @@ std::vector<int> PlacementLayout::blocksOf(const ModuleTree& tree, int module) c
             out.push_back(static_cast<int>(b));
     }
     return out;
-}
-
-QString describeBlock(const ModuleTree& tree, const Plan& plan, const PlacementBlock& block)
-{
-    const Module& m = tree.modules()[static_cast<size_t>(block.module)];
-    QString name = m.name.empty() ? QCoreApplication::translate("stowage", "(model)") : QString::fromStdString(m.name);
-    if (block.direct)
-        name += QCoreApplication::translate("stowage", " (own tensors)");
-    QString where;
-    if (block.deviceCode == MixedCode)
-        where = QCoreApplication::translate("stowage", "split across devices");
-    else if (block.deviceCode == NoDeviceCode)
-        where = QCoreApplication::translate("stowage", "not in the map");
-    else
-        where = QCoreApplication::translate("stowage", "on %1").arg(deviceLabel(deviceFromCode(block.deviceCode)));
-    QString text = QStringLiteral("%1 (%2), %3 %4").arg(name, QString::fromStdString(m.className), formatBytes(block.bytes), where);
-    if (block.entry >= 0 && block.entry < static_cast<int>(plan.entries.size())) {
-        const PlanEntry& e = plan.entries[static_cast<size_t>(block.entry)];
-        if (!e.why.empty())
-            text += QStringLiteral("\n") +
-                    (e.module != m.name ? QCoreApplication::translate("stowage", "%1: ")
-                                              .arg(e.module.empty() ? QStringLiteral("(whole model)")
-                                                                    : QString::fromStdString(e.module))
-                                        : QString()) +
-                    QString::fromStdString(e.why);
-    }
-    return text;
 }
 
 } // namespace stowage

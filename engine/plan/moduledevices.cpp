@@ -1,11 +1,28 @@
-#include "moduledevices.h"
-
-#include "display.h"
+#include "stowage/moduledevices.h"
 
 #include <string_view>
 #include <unordered_map>
 
 namespace stowage {
+
+int deviceCode(const Device& d)
+{
+    switch (d.kind) {
+    case Device::Gpu: return d.index;
+    case Device::Cpu: return CpuCode;
+    case Device::Disk: return DiskCode;
+    }
+    return -1;
+}
+
+Device deviceFromCode(int code)
+{
+    if (code == CpuCode)
+        return Device::cpu();
+    if (code == DiskCode)
+        return Device::disk();
+    return Device::gpu(code);
+}
 
 namespace {
 int merge(int a, int b)

@@ -3,38 +3,37 @@
 // with its bytes, its device and the map entry (so the planner's reason)
 // that put it there. A value type computed in O(modules) per plan; the
 // view only scales and paints it, and hit-tests by binary search.
-#include "moduledevices.h"
+#include "stowage/moduledevices.h"
 #include "stowage/moduletree.h"
 #include "stowage/planner.h"
 
-#include <QString>
-
+#include <cstdint>
 #include <vector>
 
 namespace stowage {
 
 struct PlacementBlock {
-    int module = -1;      // index into tree.modules()
-    bool direct = false;  // only the module's own tensors, not its children
-    quint64 bytes = 0;
-    quint64 offset = 0;   // bytes of all blocks before this one
+    int module = -1;               // index into tree.modules()
+    bool direct = false;           // only the module's own tensors, not its children
+    uint64_t bytes = 0;
+    uint64_t offset = 0;           // bytes of all blocks before this one
     int deviceCode = NoDeviceCode; // deviceCode(), or MixedCode
-    int entry = -1;       // plan entry covering it, -1 when split
+    int entry = -1;                // plan entry covering it, -1 when split
 };
 
 // A run of consecutive blocks on one device: the brackets under the strip.
 struct PlacementRun {
     int first = 0, last = 0; // block indices, inclusive
     int deviceCode = NoDeviceCode;
-    quint64 bytes = 0;
+    uint64_t bytes = 0;
 };
 
 struct PlacementLayout {
     std::vector<PlacementBlock> blocks;
     std::vector<PlacementRun> runs;
-    quint64 totalBytes = 0;
+    uint64_t totalBytes = 0;
     // The block holding byte offset `bytes` (binary search); -1 outside.
-    int blockAt(quint64 bytes) const;
+    int blockAt(uint64_t bytes) const;
     // Blocks of module `module` or of its subtree, or the block containing it.
     std::vector<int> blocksOf(const ModuleTree& tree, int module) const;
 };
@@ -44,8 +43,5 @@ struct PlacementLayout {
 // direct tensors of a module that also has children. Blocks without bytes
 // are left out.
 PlacementLayout layoutPlacement(const ModuleTree& tree, const ModuleDevices& devices);
-
-// "model.layers.17 (LlamaDecoderLayer), 6.38 GiB on GPU 1: <why>".
-QString describeBlock(const ModuleTree& tree, const Plan& plan, const PlacementBlock& block);
 
 } // namespace stowage

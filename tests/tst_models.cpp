@@ -1,17 +1,19 @@
 // Every item model of widgets/models under QAbstractItemModelTester, with
 // the fine-grained updates the views rely on: a budget edit changes one
 // cell, a plan changes only the rows whose totals moved; the Hub cache
-// scanner on a fake cache; the placement layout; the Python snippets.
+// scanner on a fake cache (and that it resolves the snapshot Checkpoint::open
+// reads); the placement layout; the Python snippets.
 #include "budgetmodel.h"
 #include "devicemapmodel.h"
 #include "display.h"
 #include "fixtures.h"
-#include "hubcache.h"
 #include "hubcachemodel.h"
 #include "moduletreemodel.h"
 #include "predictionmodel.h"
 #include "snippets.h"
 #include "stowage/checkpoint.h"
+#include "stowage/error.h"
+#include "stowage/hubcache.h"
 #include "stowage/moduledevices.h"
 #include "stowage/placementlayout.h"
 
@@ -21,6 +23,7 @@
 #include <QSignalSpy>
 #include <QtTest>
 
+#include <chrono>
 #include <filesystem>
 
 using namespace stowage;
@@ -59,6 +62,7 @@ private slots:
     void deviceMapModelProblems();
     void predictionModel();
     void hubCacheListsFakeCache();
+    void hubCacheSnapshotIsTheOneOpenReads();
     void snippets();
 };
 
@@ -321,7 +325,7 @@ void TestModels::hubCacheListsFakeCache()
 
     HubCacheModel model;
     QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
-    model.setEntries(scanHubCache(root));
+    model.setEntries(scanHubCache(root.toStdString()));
     QCOMPARE(model.rowCount(), 2);
     QCOMPARE(model.data(model.index(0, HubCacheModel::ModelColumn)).toString(), QString("acme/big-model"));
     QCOMPARE(model.data(model.index(0, HubCacheModel::SizeColumn), HubCacheModel::DiskBytesRole).toULongLong(),
@@ -332,11 +336,52 @@ void TestModels::hubCacheListsFakeCache()
     QCOMPARE(model.data(model.index(1, HubCacheModel::SizeColumn), HubCacheModel::DiskBytesRole).toULongLong(), quint64(3345));
     QCOMPARE(model.data(model.index(1, HubCacheModel::SizeColumn)).toString(), QString("3.27 KiB"));
     QCOMPARE(model.data(model.index(1, HubCacheModel::WeightsColumn)).toString(), QString("weights downloaded"));
-    QCOMPARE(model.entries()[1].snapshot, full + "/snapshots/snap1");
+    QCOMPARE(QString::fromStdString(model.entries()[1].snapshot), full + "/snapshots/snap1");
 
     qputenv("HF_HUB_CACHE", root.toUtf8());
-    QCOMPARE(hubCacheRoots().value(0), QDir::cleanPath(root));
+    QCOMPARE(QString::fromStdString(hubCacheRoots().front()), QDir::cleanPath(root));
     qunsetenv("HF_HUB_CACHE");
+}
+
+void TestModels::hubCacheSnapshotIsTheOneOpenReads()
+{
+    namespace fs = std::filesystem;
+    const std::string root = m_tmp.path().toStdString() + "/hub-resolve";
+    // No refs/main: the snapshot modified last, whatever the names say.
+    const std::string two = root + "/models--acme--two";
+    fs::create_directories(two + "/snapshots/bbb-old");
+    fs::create_directories(two + "/snapshots/aaa-new");
+    fs::create_directories(two + "/blobs");
+    fs::copy_file(m_dir + "/model.safetensors", two + "/snapshots/aaa-new/model.safetensors");
+    fs::copy_file(m_dir + "/config.json", two + "/snapshots/aaa-new/config.json");
+    fs::last_write_time(two + "/snapshots/bbb-old", fs::last_write_time(two + "/snapshots/aaa-new") - std::chrono::hours(1));
+    // refs/main naming a snapshot that is not there: opening fails, the scan lists it without one.
+    const std::string broken = root + "/models--acme--broken";
+    fs::create_directories(broken + "/snapshots/s1");
+    writeFile(QString::fromStdString(broken + "/snapshots/s1/config.json"), "{}");
+    writeFile(QString::fromStdString(broken + "/refs/main"), "nothere\n");
+
+    const std::vector<HubCacheEntry> entries = scanHubCache(root);
+    QCOMPARE(entries.size(), size_t(2));
+    QCOMPARE(entries[0].repoId, std::string("acme/broken"));
+    QVERIFY(entries[0].snapshot.empty());
+    QCOMPARE(entries[0].weights, HubCacheEntry::Weights::None);
+    QVERIFY2(entries[0].problem.find("names snapshot 'nothere'") != std::string::npos, entries[0].problem.c_str());
+    QVERIFY_THROWS_EXCEPTION(InputError, Checkpoint::open(broken));
+    QCOMPARE(entries[1].snapshot, two + "/snapshots/aaa-new");
+    QCOMPARE(entries[1].weights, HubCacheEntry::Weights::All);
+    QCOMPARE(hubSnapshot(two).value_or(""), entries[1].snapshot);
+    QCOMPARE(Checkpoint::open(two).folder(), entries[1].snapshot);
+    // Not a cache entry; a root that is not there lists nothing.
+    QVERIFY(!hubSnapshot(m_dir));
+    QVERIFY(scanHubCache(root + "/absent").empty());
+
+    HubCacheModel model;
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    model.setEntries(entries);
+    QVERIFY(!model.data(model.index(0, 0), HubCacheModel::PlannableRole).toBool());
+    QCOMPARE(model.data(model.index(0, HubCacheModel::WeightsColumn)).toString(), QString("no snapshot"));
+    QVERIFY(model.data(model.index(0, 0), Qt::ToolTipRole).toString().contains("refs/main"));
 }
 
 void TestModels::snippets()

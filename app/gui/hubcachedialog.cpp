@@ -26,7 +26,8 @@ HubCacheDialog::HubCacheDialog(QWidget* parent) : QDialog(parent)
     auto* top = new QHBoxLayout;
     m_root = new QComboBox(this);
     m_root->setEditable(true);
-    m_root->addItems(hubCacheRoots());
+    for (const std::string& root : hubCacheRoots())
+        m_root->addItem(QString::fromStdString(root));
     auto* browse = new QPushButton(tr("Browse…"), this);
     top->addWidget(new QLabel(tr("Cache:"), this));
     top->addWidget(m_root, 1);
@@ -78,23 +79,24 @@ void HubCacheDialog::rescan()
     const QString root = m_root->currentText();
     m_scanning = true;
     m_status->setText(tr("Scanning %1…").arg(root));
-    auto* watcher = new QFutureWatcher<QVector<HubCacheEntry>>(this);
-    connect(watcher, &QFutureWatcher<QVector<HubCacheEntry>>::finished, this, [this, watcher, job, root] {
+    auto* watcher = new QFutureWatcher<std::vector<HubCacheEntry>>(this);
+    connect(watcher, &QFutureWatcher<std::vector<HubCacheEntry>>::finished, this, [this, watcher, job, root] {
         watcher->deleteLater();
         if (job != m_job)
             return;
-        const QVector<HubCacheEntry> entries = watcher->result();
-        m_model->setEntries(entries);
-        m_view->resizeColumnsToContents();
+        std::vector<HubCacheEntry> entries = watcher->result();
         quint64 total = 0;
         for (const auto& e : entries)
             total += e.diskBytes;
-        m_status->setText(entries.isEmpty() ? tr("No models in %1").arg(root)
-                                             : tr("%n model(s), %1 on disk", nullptr, entries.size()).arg(formatBytes(total)));
+        const int count = static_cast<int>(entries.size());
+        m_model->setEntries(std::move(entries));
+        m_view->resizeColumnsToContents();
+        m_status->setText(count == 0 ? tr("No models in %1").arg(root)
+                                     : tr("%n model(s), %1 on disk", nullptr, count).arg(formatBytes(total)));
         m_scanning = false;
         emit scanned();
     });
-    watcher->setFuture(QtConcurrent::run([root] { return scanHubCache(root); }));
+    watcher->setFuture(QtConcurrent::run([root = root.toStdString()] { return scanHubCache(root); }));
 }
 
 void HubCacheDialog::openSelected()

@@ -3,6 +3,7 @@
 #include "stowage/error.h"
 #include "stowage/fileio.h"
 #include "stowage/formats.h"
+#include "stowage/hubcache.h"
 
 #include <nlohmann/json.hpp>
 
@@ -23,38 +24,6 @@ bool endsWith(const std::string& s, const std::string& suffix)
 }
 
 std::string readText(const fs::path& p) { return readTextFile(p.string()); }
-
-// A Hub cache entry: refs/main names the snapshot; without it, the newest.
-std::optional<fs::path> hubSnapshot(const fs::path& entry)
-{
-    if (!fs::is_directory(entry / "snapshots"))
-        return std::nullopt;
-    std::string ref;
-    if (fs::exists(entry / "refs" / "main")) {
-        ref = readText(entry / "refs" / "main");
-        ref.erase(std::remove_if(ref.begin(), ref.end(), [](char c) { return std::isspace(static_cast<unsigned char>(c)); }),
-                  ref.end());
-        if (ref.find('/') != std::string::npos || ref.find("..") != std::string::npos || ref.empty())
-            throw InputError((entry / "refs" / "main").string(), "does not name a snapshot");
-        if (!fs::is_directory(entry / "snapshots" / ref))
-            throw InputError((entry / "refs" / "main").string(), "names snapshot '" + ref + "' which is not in snapshots/");
-        return entry / "snapshots" / ref;
-    }
-    std::optional<fs::path> newest;
-    fs::file_time_type newestTime;
-    for (const auto& d : fs::directory_iterator(entry / "snapshots")) {
-        if (!d.is_directory())
-            continue;
-        auto t = d.last_write_time();
-        if (!newest || t > newestTime) {
-            newest = d.path();
-            newestTime = t;
-        }
-    }
-    if (!newest)
-        throw InputError(entry.string(), "Hub cache entry has no snapshot");
-    return newest;
-}
 
 bool isInside(const fs::path& child, const fs::path& root)
 {
@@ -79,7 +48,8 @@ Checkpoint Checkpoint::open(const std::string& pathArg)
     if (fs::is_directory(p)) {
         fs::path folder = p;
         ck.m_trustRoot = fs::canonical(p).string();
-        if (auto snap = hubSnapshot(p))
+        // A Hub cache entry opens the snapshot refs/main names (else the newest).
+        if (auto snap = hubSnapshot(p.string()))
             folder = *snap;
         else if (p.parent_path().filename() == "snapshots")
             ck.m_trustRoot = fs::canonical(p.parent_path().parent_path()).string();

@@ -3,19 +3,23 @@
 #include "display.h"
 
 #include <QColor>
+#include <QCoreApplication>
 
 namespace stowage {
 
 HubCacheModel::HubCacheModel(QObject* parent) : QAbstractTableModel(parent) {}
 
-void HubCacheModel::setEntries(const QVector<HubCacheEntry>& entries)
+void HubCacheModel::setEntries(std::vector<HubCacheEntry> entries)
 {
     beginResetModel();
-    m_entries = entries;
+    m_entries = std::move(entries);
     endResetModel();
 }
 
-int HubCacheModel::rowCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : m_entries.size(); }
+int HubCacheModel::rowCount(const QModelIndex& parent) const
+{
+    return parent.isValid() ? 0 : static_cast<int>(m_entries.size());
+}
 
 int HubCacheModel::columnCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : ColumnCount; }
 
@@ -23,15 +27,18 @@ QVariant HubCacheModel::data(const QModelIndex& index, int role) const
 {
     if (!checkIndex(index, CheckIndexOption::IndexIsValid | CheckIndexOption::ParentIsInvalid))
         return {};
-    const HubCacheEntry& e = m_entries[index.row()];
+    const HubCacheEntry& e = m_entries[static_cast<size_t>(index.row())];
     // A plan needs config.json plus the index (or the weights themselves).
     const bool plannable = e.weights == HubCacheEntry::Weights::All || e.weights == HubCacheEntry::Weights::Partial ||
                            e.weights == HubCacheEntry::Weights::IndexOnly;
     switch (role) {
-    case PathRole: return e.folder;
+    case PathRole: return QString::fromStdString(e.folder);
     case DiskBytesRole: return QVariant::fromValue<quint64>(e.diskBytes);
     case PlannableRole: return plannable;
-    case Qt::ToolTipRole: return e.snapshot.isEmpty() ? e.folder : e.snapshot;
+    case Qt::ToolTipRole:
+        if (!e.snapshot.empty())
+            return QString::fromStdString(e.snapshot);
+        return QString::fromStdString(e.problem.empty() ? e.folder : e.folder + "\n" + e.problem);
     case Qt::TextAlignmentRole:
         return index.column() == SizeColumn ? QVariant(Qt::AlignRight | Qt::AlignVCenter) : QVariant();
     case Qt::ForegroundRole:
@@ -40,10 +47,10 @@ QVariant HubCacheModel::data(const QModelIndex& index, int role) const
     default: return {};
     }
     switch (index.column()) {
-    case ModelColumn: return e.repoId;
+    case ModelColumn: return QString::fromStdString(e.repoId);
     case SizeColumn: return formatBytes(e.diskBytes);
     case WeightsColumn: return weightsLabel(e);
-    case FolderColumn: return e.folder;
+    case FolderColumn: return QString::fromStdString(e.folder);
     }
     return {};
 }
@@ -57,6 +64,19 @@ QVariant HubCacheModel::headerData(int section, Qt::Orientation orientation, int
     case SizeColumn: return tr("On disk");
     case WeightsColumn: return tr("Weights");
     case FolderColumn: return tr("Folder");
+    }
+    return {};
+}
+
+QString weightsLabel(const HubCacheEntry& e)
+{
+    switch (e.weights) {
+    case HubCacheEntry::Weights::All: return QCoreApplication::translate("stowage", "weights downloaded");
+    case HubCacheEntry::Weights::Partial:
+        return QCoreApplication::translate("stowage", "%1 of %2 shards").arg(e.shardsPresent).arg(e.shardsTotal);
+    case HubCacheEntry::Weights::IndexOnly: return QCoreApplication::translate("stowage", "index and config only");
+    case HubCacheEntry::Weights::ConfigOnly: return QCoreApplication::translate("stowage", "config only");
+    case HubCacheEntry::Weights::None: return QCoreApplication::translate("stowage", "no snapshot");
     }
     return {};
 }

@@ -1,8 +1,12 @@
 #pragma once
-// Table of the models in the Hub cache (hubcache.h), for the open dialog.
-#include "hubcache.h"
+// Table of the models in the Hub cache (stowage/hubcache.h scans it), for
+// the open dialog.
+#include "stowage/hubcache.h"
 
 #include <QAbstractTableModel>
+#include <QString>
+
+#include <vector>
 
 namespace stowage {
 
@@ -13,8 +17,8 @@ public:
     enum Role { PathRole = Qt::UserRole + 1, DiskBytesRole, PlannableRole };
 
     explicit HubCacheModel(QObject* parent = nullptr);
-    void setEntries(const QVector<HubCacheEntry>& entries);
-    const QVector<HubCacheEntry>& entries() const { return m_entries; }
+    void setEntries(std::vector<HubCacheEntry> entries);
+    const std::vector<HubCacheEntry>& entries() const { return m_entries; }
 
     int rowCount(const QModelIndex& parent = {}) const override;
     int columnCount(const QModelIndex& parent = {}) const override;
@@ -22,7 +26,10 @@ public:
     QVariant headerData(int section, Qt::Orientation orientation, int role = Qt::DisplayRole) const override;
 
 private:
-    QVector<HubCacheEntry> m_entries;
+    std::vector<HubCacheEntry> m_entries;
 };
+
+// "weights downloaded", "3 of 4 shards", "index and config only", …
+QString weightsLabel(const HubCacheEntry& e);
 
 } // namespace stowage

@@ -2,6 +2,7 @@
 #include "fixtures.h"
 #include "stowage/checkpoint.h"
 #include "stowage/error.h"
+#include "stowage/families.h"
 #include "stowage/moduletree.h"
 
 #include <QtTest>
@@ -27,6 +28,18 @@ class TestModuleTree : public QObject {
             qFatal("no module %s", name.c_str());
         return t.modules()[size_t(i)].bytes;
     }
+    // The tree for a config.json alone: weights holding no tensor of the
+    // model (enough of them for the layer count to be believable).
+    ModuleTree skeletonOf(const std::string& name, const nlohmann::json& config)
+    {
+        auto d = dir("skeleton-" + name);
+        fixtures::writeJson(d + "/config.json", config);
+        std::vector<fixtures::Tensor> ts;
+        for (int i = 0; i < 16; ++i)
+            ts.push_back({"unused." + std::to_string(i), DType::F32, {1}});
+        fixtures::writeSharded(d, ts, 1, false);
+        return buildModuleTree(Checkpoint::open(d), DType::F32);
+    }
 
 private slots:
     void distilgpt2SizesInFloat16_data();
@@ -42,6 +55,9 @@ private slots:
     void defaultDTypeAsTransformers();
     void impossibleConfigValues_data();
     void impossibleConfigValues();
+    void familyRegistry();
+    void executionUnits_data();
+    void executionUnits();
 };
 
 void TestModuleTree::distilgpt2SizesInFloat16_data()
@@ -308,6 +324,88 @@ void TestModuleTree::impossibleConfigValues()
         QFAIL("no error");
     } catch (const InputError& e) {
         QVERIFY2(QString(e.what()).contains("config.json: " + message), e.what());
+    }
+}
+
+void TestModuleTree::familyRegistry()
+{
+    QCOMPARE(knownModelTypes(), (std::vector<std::string>{"gpt2", "llama", "mistral", "qwen2", "qwen3", "opt"}));
+    QCOMPARE(archOf("gpt2"), std::optional<Arch>(Arch::gpt2));
+    QCOMPARE(archOf("mistral"), std::optional<Arch>(Arch::llama));
+    QCOMPARE(archOf("qwen3"), std::optional<Arch>(Arch::llama));
+    QCOMPARE(archOf("opt"), std::optional<Arch>(Arch::opt));
+    QVERIFY(!archOf("mamba"));
+    QCOMPARE(familyOf("qwen2"), std::optional<std::string>("llama"));
+    QCOMPARE(familyOf("opt"), std::optional<std::string>("opt"));
+    QVERIFY(!familyOf("mamba"));
+    // transformers' tokenizers: Llama, Mistral and OPT put BOS first, GPT-2 and Qwen do not.
+    for (const char* type : {"llama", "mistral", "opt"})
+        QVERIFY2(addsBosByDefault(type), type);
+    for (const char* type : {"gpt2", "qwen2", "qwen3", "mamba"})
+        QVERIFY2(!addsBosByDefault(type), type);
+}
+
+void TestModuleTree::executionUnits_data()
+{
+    QTest::addColumn<QByteArray>("config");
+    QTest::addColumn<QStringList>("units");
+    const nlohmann::json llama{{"model_type", "llama"},     {"vocab_size", 10},          {"hidden_size", 8},
+                               {"intermediate_size", 16},   {"num_hidden_layers", 2},    {"num_attention_heads", 2},
+                               {"tie_word_embeddings", true}};
+    const nlohmann::json opt{{"model_type", "opt"},  {"vocab_size", 10},           {"hidden_size", 8},
+                             {"ffn_dim", 16},        {"num_hidden_layers", 2},     {"num_attention_heads", 2},
+                             {"max_position_embeddings", 12}};
+    const QStringList llamaUnits{"model.embed_tokens", "model.layers.0", "model.layers.1", "model.norm", "lm_head"};
+    QTest::newRow("gpt2") << QByteArray::fromStdString(fixtures::gpt2Config({97, 16, 8, 3}, DType::F32).dump())
+                          << QStringList{"transformer.wte",  "transformer.wpe", "transformer.h.0", "transformer.h.1",
+                                         "transformer.h.2",  "transformer.ln_f", "lm_head"};
+    QTest::newRow("llama, tied") << QByteArray::fromStdString(llama.dump()) << llamaUnits;
+    nlohmann::json qwen3 = llama;
+    qwen3["model_type"] = "qwen3";
+    QTest::newRow("qwen3") << QByteArray::fromStdString(qwen3.dump()) << llamaUnits;
+    QTest::newRow("opt")
+        << QByteArray::fromStdString(opt.dump())
+        << QStringList{"model.decoder.embed_tokens", "model.decoder.embed_positions", "model.decoder.layers.0",
+                       "model.decoder.layers.1", "model.decoder.final_layer_norm", "lm_head"};
+    // project_in runs before the positions, project_out after the final norm:
+    // run order, which is not the skeleton's definition order.
+    nlohmann::json projected = opt;
+    projected["word_embed_proj_dim"] = 4;
+    QTest::newRow("opt, projected")
+        << QByteArray::fromStdString(projected.dump())
+        << QStringList{"model.decoder.embed_tokens",     "model.decoder.project_in",  "model.decoder.embed_positions",
+                       "model.decoder.layers.0",         "model.decoder.layers.1",    "model.decoder.final_layer_norm",
+                       "model.decoder.project_out",      "lm_head"};
+    nlohmann::json postLn = opt;
+    postLn["do_layer_norm_before"] = false; // OPT-350m: no final norm
+    QTest::newRow("opt, post-LN")
+        << QByteArray::fromStdString(postLn.dump())
+        << QStringList{"model.decoder.embed_tokens", "model.decoder.embed_positions", "model.decoder.layers.0",
+                       "model.decoder.layers.1", "lm_head"};
+    QTest::newRow("unknown family") << QByteArray(R"({"model_type": "mamba"})") << QStringList{};
+}
+
+void TestModuleTree::executionUnits()
+{
+    QFETCH(QByteArray, config);
+    QFETCH(QStringList, units);
+    const ModuleTree t = skeletonOf(QTest::currentDataTag(), nlohmann::json::parse(config.toStdString()));
+    QStringList got;
+    for (const auto& u : stowage::executionUnits(t))
+        got << QString::fromStdString(u);
+    QCOMPARE(got, units);
+    if (units.isEmpty())
+        return;
+    // Each unit is a module of the skeleton, and every parameter lies in
+    // exactly one unit: the weight store fetches nothing twice and nothing
+    // is left out of the hooks.
+    for (const auto& u : units)
+        QVERIFY2(t.find(u.toStdString()) >= 0, qPrintable(u));
+    for (const Param& p : t.params()) {
+        int in = 0;
+        for (const auto& u : units)
+            in += QString::fromStdString(p.name).startsWith(u + ".");
+        QVERIFY2(in == 1, p.name.c_str());
     }
 }
 

@@ -1,9 +1,10 @@
 #pragma once
 // The one registry of model families. A family (gpt2, llama, opt, ...) is
-// registered once in engine/model/families/registry.cpp: its skeleton file
-// builds the module tree transformers builds (with buffers, ties, no-split
-// classes) and gives its attention shape; the runtime's runner file
-// (engine/runtime/families/) is registered once under the same family name.
+// one line of stowage/families.def, which makes it an `Arch` here: its
+// skeleton file (engine/model/families/) gives the model_types it covers,
+// the module tree transformers builds (with buffers, ties, no-split
+// classes), its attention shape and its execution units; its runner file
+// (engine/runtime/families/) the forward pass, found by the same Arch.
 // Everything that needs to know families asks here.
 #include "stowage/config.h"
 #include "stowage/dtype.h"
@@ -15,9 +16,21 @@
 
 namespace stowage {
 
+class ModuleTree;
+
+// The families, in registry order (families.def); each enumerator is the
+// family's name.
+enum class Arch {
+#define STOWAGE_FAMILY(id) id,
+#include "stowage/families.def"
+#undef STOWAGE_FAMILY
+};
+
 // Every config.json model_type a skeleton exists for, in registry order.
 std::vector<std::string> knownModelTypes();
-// The family a model_type belongs to ("mistral" -> "llama"); nullopt if unknown.
+// The family a model_type belongs to (mistral -> Arch::llama); nullopt if unknown.
+std::optional<Arch> archOf(const std::string& modelType);
+// The family's name as a string ("mistral" -> "llama"); nullopt if unknown.
 std::optional<std::string> familyOf(const std::string& modelType);
 // Whether transformers' tokenizer for this model_type puts BOS first when
 // tokenizer_config.json does not say (Llama and OPT tokenizers do).
@@ -29,6 +42,12 @@ struct AttentionShape {
 };
 // nullopt for a model_type no family knows.
 std::optional<AttentionShape> attentionShape(const ModelConfig& config);
+
+// The execution units of a family's tree (tree.modelType()) in the order
+// its runner runs them: the modules it wraps in one pre/post hook pair each,
+// whose weights are fetched and released together. Empty for a tree no
+// family built.
+std::vector<std::string> executionUnits(const ModuleTree& tree);
 
 // A tensor that save_pretrained writes.
 struct SavedTensor {

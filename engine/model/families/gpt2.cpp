@@ -1,7 +1,7 @@
 // GPT2LMHeadModel as transformers' modeling_gpt2.py defines it (distilgpt2 too).
 #include "registry.h"
 
-namespace stowage::arch {
+namespace stowage::arch::gpt2 {
 namespace {
 
 // transformers' Conv1D stores weight as [in, out], the transpose of Linear.
@@ -13,9 +13,7 @@ int conv1d(ModuleTree& t, int parent, const std::string& name, int64_t in, int64
     return m;
 }
 
-} // namespace
-
-Skeleton buildGpt2(const ModelConfig& c, DType dt)
+Skeleton build(const ModelConfig& c, DType dt)
 {
     const int64_t vocab = c.integer("vocab_size", 50257);
     const int64_t positions = c.integer("n_positions", 1024);
@@ -74,7 +72,7 @@ Skeleton buildGpt2(const ModelConfig& c, DType dt)
     return s;
 }
 
-AttentionShape gpt2Attention(const ModelConfig& c)
+AttentionShape attention(const ModelConfig& c)
 {
     AttentionShape a;
     a.hidden = c.positive("n_embd", 768);
@@ -84,4 +82,18 @@ AttentionShape gpt2Attention(const ModelConfig& c)
     return a;
 }
 
-} // namespace stowage::arch
+} // namespace
+
+Family family()
+{
+    Family f;
+    f.types = {{"gpt2", false}};
+    f.layersKey = "n_layer";
+    f.defaultLayers = 12;
+    f.build = build;
+    f.attention = attention;
+    f.units = {"transformer.wte", "transformer.wpe", "transformer.h.*", "transformer.ln_f", "lm_head"};
+    return f;
+}
+
+} // namespace stowage::arch::gpt2

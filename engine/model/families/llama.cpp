@@ -2,9 +2,10 @@
 // bias) and qwen3 (q/k RMSNorm). Same skeleton, family-prefixed class names.
 #include "registry.h"
 
-namespace stowage::arch {
+namespace stowage::arch::llama {
+namespace {
 
-Skeleton buildLlamaFamily(const ModelConfig& c, DType dt)
+Skeleton build(const ModelConfig& c, DType dt)
 {
     const std::string type = c.modelType();
     const std::string P = type == "llama" ? "Llama" : type == "mistral" ? "Mistral" : type == "qwen2" ? "Qwen2" : "Qwen3";
@@ -68,7 +69,7 @@ Skeleton buildLlamaFamily(const ModelConfig& c, DType dt)
     return s;
 }
 
-AttentionShape llamaAttention(const ModelConfig& c)
+AttentionShape attention(const ModelConfig& c)
 {
     AttentionShape a;
     a.hidden = c.positive("hidden_size");
@@ -79,4 +80,20 @@ AttentionShape llamaAttention(const ModelConfig& c)
     return a;
 }
 
-} // namespace stowage::arch
+} // namespace
+
+Family family()
+{
+    Family f;
+    // Llama and Mistral tokenizers put BOS first; Qwen's do not.
+    f.types = {{"llama", true}, {"mistral", true}, {"qwen2", false}, {"qwen3", false}};
+    f.layersKey = "num_hidden_layers";
+    f.defaultLayers = 32;
+    f.build = build;
+    f.attention = attention;
+    // rotary_emb holds only buffers the runner computes itself: no unit.
+    f.units = {"model.embed_tokens", "model.layers.*", "model.norm", "lm_head"};
+    return f;
+}
+
+} // namespace stowage::arch::llama

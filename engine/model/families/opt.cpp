@@ -1,9 +1,10 @@
 // OPTForCausalLM as transformers' modeling_opt.py defines it.
 #include "registry.h"
 
-namespace stowage::arch {
+namespace stowage::arch::opt {
+namespace {
 
-Skeleton buildOpt(const ModelConfig& c, DType dt)
+Skeleton build(const ModelConfig& c, DType dt)
 {
     const int64_t vocab = c.integer("vocab_size", 50272);
     const int64_t hidden = c.positive("hidden_size", 768);
@@ -62,7 +63,7 @@ Skeleton buildOpt(const ModelConfig& c, DType dt)
     return s;
 }
 
-AttentionShape optAttention(const ModelConfig& c)
+AttentionShape attention(const ModelConfig& c)
 {
     AttentionShape a;
     a.hidden = c.positive("hidden_size");
@@ -72,4 +73,27 @@ AttentionShape optAttention(const ModelConfig& c)
     return a;
 }
 
-} // namespace stowage::arch
+} // namespace
+
+Family family()
+{
+    Family f;
+    f.types = {{"opt", true}};
+    f.layersKey = "num_hidden_layers";
+    f.defaultLayers = 12;
+    f.build = build;
+    f.attention = attention;
+    // Execution order, not definition order: project_in (when
+    // word_embed_proj_dim differs from hidden_size) before the positions,
+    // project_out after the final norm (which post-LN models lack).
+    f.units = {"model.decoder.embed_tokens",
+               "model.decoder.project_in?",
+               "model.decoder.embed_positions",
+               "model.decoder.layers.*",
+               "model.decoder.final_layer_norm?",
+               "model.decoder.project_out?",
+               "lm_head"};
+    return f;
+}
+
+} // namespace stowage::arch::opt

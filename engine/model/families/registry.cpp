@@ -1,71 +1,30 @@
+// The family registry's table (registry.h), built from families.def, and the
+// helpers the skeleton files share.
 #include "registry.h"
 
 #include "stowage/error.h"
 
-namespace stowage {
-
-std::vector<std::string> knownModelTypes()
-{
-    std::vector<std::string> out;
-    for (const auto& f : arch::families())
-        for (const auto& t : f.types)
-            out.push_back(t.modelType);
-    return out;
-}
-
-std::optional<std::string> familyOf(const std::string& modelType)
-{
-    if (const auto* f = arch::familyFor(modelType))
-        return std::string(f->name);
-    return std::nullopt;
-}
-
-bool addsBosByDefault(const std::string& modelType)
-{
-    if (const auto* f = arch::familyFor(modelType))
-        for (const auto& t : f->types)
-            if (modelType == t.modelType)
-                return t.addsBos;
-    return false;
-}
-
-std::optional<AttentionShape> attentionShape(const ModelConfig& config)
-{
-    if (const auto* f = arch::familyFor(config.modelType()))
-        return f->attention(config);
-    return std::nullopt;
-}
-
-std::vector<SavedTensor> savedTensors(const ModelConfig& config, DType dtype)
-{
-    std::vector<SavedTensor> out;
-    const auto skel = arch::buildSkeleton(config, dtype, 0);
-    if (!skel)
-        return out;
-    for (const Param& p : skel->tree.params())
-        if (!p.duplicate)
-            out.push_back({p.name, p.shape, dtypeIsFloating(p.stored) ? dtype : p.stored});
-    for (const Buffer& b : skel->tree.buffers())
-        if (b.persistent)
-            out.push_back({b.name, b.shape, dtypeIsFloating(b.dtype) ? dtype : b.dtype});
-    return out;
-}
-
-} // namespace stowage
+#include <stdexcept>
+#include <utility>
 
 namespace stowage::arch {
 
-// The registry: one entry per family. Adding a family is a skeleton file
-// here, a runner file in engine/runtime/families/, and one line in each
-// registry.
+// The registry: one row per line of families.def, each from its family's
+// skeleton file, in that order, so that families()[size_t(arch)] is arch's.
 const std::vector<Family>& families()
 {
-    static const std::vector<Family> all{
-        {"gpt2", {{"gpt2", false}}, "n_layer", 12, buildGpt2, gpt2Attention},
-        {"llama", {{"llama", true}, {"mistral", true}, {"qwen2", false}, {"qwen3", false}}, "num_hidden_layers", 32,
-         buildLlamaFamily, llamaAttention},
-        {"opt", {{"opt", true}}, "num_hidden_layers", 12, buildOpt, optAttention},
-    };
+    static const std::vector<Family> all = [] {
+        std::vector<Family> out;
+        const auto add = [&out](Family f, Arch arch, const char* name) {
+            f.arch = arch;
+            f.name = name;
+            out.push_back(std::move(f));
+        };
+#define STOWAGE_FAMILY(id) add(id::family(), Arch::id, #id);
+#include "stowage/families.def"
+#undef STOWAGE_FAMILY
+        return out;
+    }();
     return all;
 }
 
@@ -92,6 +51,33 @@ std::optional<Skeleton> buildSkeleton(const ModelConfig& config, DType dt, size_
                                             " tensors, fewer than one per layer: this config.json does not "
                                             "describe these weights");
     return f->build(config, dt);
+}
+
+std::vector<std::string> expandUnits(const Family& family, const ModuleTree& tree)
+{
+    std::vector<std::string> out;
+    for (std::string unit : family.units) {
+        const bool optional = !unit.empty() && unit.back() == '?';
+        const bool children = unit.size() > 2 && unit.compare(unit.size() - 2, 2, ".*") == 0;
+        if (optional)
+            unit.pop_back();
+        if (children)
+            unit.resize(unit.size() - 2);
+        const int m = tree.find(unit);
+        if (m < 0) {
+            if (optional)
+                continue;
+            throw std::logic_error(std::string(family.name) + "'s execution unit " + unit +
+                                   " is not a module of its skeleton");
+        }
+        if (!children) {
+            out.push_back(unit);
+            continue;
+        }
+        for (int c : tree.modules()[size_t(m)].children)
+            out.push_back(tree.modules()[size_t(c)].name);
+    }
+    return out;
 }
 
 std::string activationClass(const std::string& name)

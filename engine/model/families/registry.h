@@ -23,38 +23,52 @@ struct Skeleton {
     std::vector<std::string> ignoredSuffixes;
 };
 
-// A family as the registry holds it: the model_types it covers (with the
-// tokenizer's BOS default for each), its skeleton and its attention shape.
+// A family's row of the registry, defined by its skeleton file as
+// `Family arch::<id>::family()` (families.def). What each field must hold:
+// docs/architecture.md, "Adding a family".
 struct Family {
     struct Type {
         const char* modelType;
-        bool addsBos;
+        bool addsBos; // the tokenizer's default when tokenizer_config.json does not say
     };
-    const char* name;
     std::vector<Type> types;
     // config.json's layer count and transformers' default for it: checked
     // against the checkpoint before a tree is built, so a config claiming
     // 10^9 layers is an error at once, not a hang.
-    const char* layersKey;
-    int64_t defaultLayers;
-    Skeleton (*build)(const ModelConfig& config, DType dt);
-    AttentionShape (*attention)(const ModelConfig& config);
+    const char* layersKey = nullptr;
+    int64_t defaultLayers = 0;
+    Skeleton (*build)(const ModelConfig& config, DType dt) = nullptr;
+    AttentionShape (*attention)(const ModelConfig& config) = nullptr;
+    // The execution units in the order the runner runs them, as module names
+    // of the skeleton: "a.b" the module a.b; "a.b.*" each child of a.b in
+    // order (the decoder layers); "a.b?" a.b where the skeleton has it (a
+    // config option may leave it out). expandUnits() reads them.
+    std::vector<std::string> units;
+
+    // Filled by the registry from families.def, not by the family's file.
+    Arch arch{};
+    const char* name = nullptr;
 };
+// Every family, indexed by Arch.
 const std::vector<Family>& families();
+// nullptr for a model_type no family covers.
 const Family* familyFor(const std::string& modelType);
+
+// Each family's row (one skeleton file each), declared from families.def.
+// clang-format off
+#define STOWAGE_FAMILY(id) namespace id { Family family(); }
+// clang-format on
+#include "stowage/families.def"
+#undef STOWAGE_FAMILY
 
 // nullopt when config.model_type is not a known family. Throws InputError
 // when the config claims more layers than `storedTensors` (the checkpoint's
 // tensor count, 0 when unknown) could hold.
 std::optional<Skeleton> buildSkeleton(const ModelConfig& config, DType paramDType, size_t storedTensors);
-
-// Per-family builders and shapes (one file each), registered in registry.cpp.
-Skeleton buildGpt2(const ModelConfig& config, DType dt);
-AttentionShape gpt2Attention(const ModelConfig& config);
-Skeleton buildLlamaFamily(const ModelConfig& config, DType dt);
-AttentionShape llamaAttention(const ModelConfig& config);
-Skeleton buildOpt(const ModelConfig& config, DType dt);
-AttentionShape optAttention(const ModelConfig& config);
+// The family's units (Family::units) in `tree`, which its skeleton built.
+// Throws std::logic_error for a unit the tree lacks that is not optional:
+// the family's row and its skeleton disagree.
+std::vector<std::string> expandUnits(const Family& family, const ModuleTree& tree);
 
 // The module class transformers' ACT2FN makes for an activation name.
 std::string activationClass(const std::string& name);

@@ -1,0 +1,67 @@
+// stowage/families.h: what the rest of the engine asks of the family
+// registry, answered from its table (registry.cpp).
+#include "registry.h"
+
+namespace stowage {
+
+std::vector<std::string> knownModelTypes()
+{
+    std::vector<std::string> out;
+    for (const auto& f : arch::families())
+        for (const auto& t : f.types)
+            out.push_back(t.modelType);
+    return out;
+}
+
+std::optional<Arch> archOf(const std::string& modelType)
+{
+    if (const auto* f = arch::familyFor(modelType))
+        return f->arch;
+    return std::nullopt;
+}
+
+std::optional<std::string> familyOf(const std::string& modelType)
+{
+    if (const auto* f = arch::familyFor(modelType))
+        return std::string(f->name);
+    return std::nullopt;
+}
+
+bool addsBosByDefault(const std::string& modelType)
+{
+    if (const auto* f = arch::familyFor(modelType))
+        for (const auto& t : f->types)
+            if (modelType == t.modelType)
+                return t.addsBos;
+    return false;
+}
+
+std::optional<AttentionShape> attentionShape(const ModelConfig& config)
+{
+    if (const auto* f = arch::familyFor(config.modelType()))
+        return f->attention(config);
+    return std::nullopt;
+}
+
+std::vector<std::string> executionUnits(const ModuleTree& tree)
+{
+    const auto* f = tree.knownArchitecture() ? arch::familyFor(tree.modelType()) : nullptr;
+    return f ? arch::expandUnits(*f, tree) : std::vector<std::string>{};
+}
+
+std::vector<SavedTensor> savedTensors(const ModelConfig& config, DType dtype)
+{
+    std::vector<SavedTensor> out;
+    const auto skel = arch::buildSkeleton(config, dtype, 0);
+    if (!skel)
+        return out;
+    for (const Param& p : skel->tree.params())
+        if (!p.duplicate)
+            out.push_back({p.name, p.shape, dtypeIsFloating(p.stored) ? dtype : p.stored});
+    for (const Buffer& b : skel->tree.buffers())
+        if (b.persistent)
+            out.push_back({b.name, b.shape, dtypeIsFloating(b.dtype) ? dtype : b.dtype});
+    return out;
+}
+
+} // namespace stowage

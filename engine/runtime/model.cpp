@@ -1,6 +1,7 @@
 #include "families/runner.h"
 #include "cudacopy.h"
 #include "stowage/error.h"
+#include "stowage/families.h"
 #include "stowage/runtime.h"
 
 #include <ATen/Parallel.h>
@@ -16,6 +17,7 @@ struct Model::Impl {
     std::string modelType;
     std::unique_ptr<WeightStore> store;
     std::unique_ptr<arch::Runner> runner;
+    std::vector<std::string> units; // the family's execution units (families.h), in run order
     std::vector<arch::LayerCache> cache;
     int64_t cached = 0;
 };
@@ -60,7 +62,8 @@ std::unique_ptr<Model> Model::load(const Checkpoint& ck, const ModuleTree& tree,
     impl->store = std::make_unique<WeightStore>(ck, tree, options, impl->telemetry);
     impl->store->load(progress); // a throw here releases everything loaded so far
     impl->runner = arch::makeRunner(cfg, *impl->store);
-    impl->store->setOrder(impl->runner->units());
+    impl->units = executionUnits(tree);
+    impl->store->setOrder(impl->units);
     impl->cache.resize(size_t(impl->runner->layers()));
     std::unique_ptr<Model> model(new Model(std::move(impl)));
     model->resetCache();
@@ -127,7 +130,7 @@ std::vector<std::string> Model::deviceDescriptions() const { return m_impl->stor
 Telemetry& Model::telemetry() { return m_impl->telemetry; }
 void Model::setInterrupt(const std::atomic<bool>* flag) { m_impl->store->setInterrupt(flag); }
 void Model::setUnitDelay(double seconds) { m_impl->store->setUnitDelay(seconds); }
-std::vector<std::string> Model::units() const { return m_impl->runner->units(); }
+std::vector<std::string> Model::units() const { return m_impl->units; }
 std::string Model::unitDevice(const std::string& unit) const { return m_impl->store->unitDevice(unit).label(); }
 
 } // namespace stowage

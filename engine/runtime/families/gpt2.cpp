@@ -25,15 +25,6 @@ public:
         m_eps = c.number("layer_norm_epsilon", 1e-5);
         m_act = c.stringOr("activation_function", "gelu_new");
     }
-    std::vector<std::string> units() const override
-    {
-        std::vector<std::string> u{"transformer.wte", "transformer.wpe"};
-        for (int64_t i = 0; i < m_layers; ++i)
-            u.push_back("transformer.h." + std::to_string(i));
-        u.push_back("transformer.ln_f");
-        u.push_back("lm_head");
-        return u;
-    }
     int64_t vocabSize() const override { return m_vocab; }
     int64_t layers() const override { return m_layers; }
 
@@ -83,6 +74,6 @@ private:
 
 } // namespace
 
-std::unique_ptr<Runner> makeGpt2(const ModelConfig& c, WeightStore& s) { return std::make_unique<Gpt2>(c, s); }
+std::unique_ptr<Runner> gpt2::makeRunner(const ModelConfig& c, WeightStore& s) { return std::make_unique<Gpt2>(c, s); }
 
 } // namespace stowage::arch

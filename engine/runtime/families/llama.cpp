@@ -46,15 +46,6 @@ public:
         m_mlpBias = c.boolOr("mlp_bias", false);
         m_invFreq = inverseFrequencies(c);
     }
-    std::vector<std::string> units() const override
-    {
-        std::vector<std::string> u{"model.embed_tokens"};
-        for (int64_t i = 0; i < m_layers; ++i)
-            u.push_back("model.layers." + std::to_string(i));
-        u.push_back("model.norm");
-        u.push_back("lm_head");
-        return u;
-    }
     int64_t vocabSize() const override { return m_vocab; }
     int64_t layers() const override { return m_layers; }
 
@@ -211,7 +202,7 @@ private:
 
 } // namespace
 
-std::unique_ptr<Runner> makeLlamaFamily(const ModelConfig& c, WeightStore& s)
+std::unique_ptr<Runner> llama::makeRunner(const ModelConfig& c, WeightStore& s)
 {
     return std::make_unique<LlamaFamily>(c, s);
 }

@@ -22,21 +22,6 @@ public:
         m_affine = c.boolOr("layer_norm_elementwise_affine", true);
         m_act = c.stringOr("activation_function", "relu");
     }
-    std::vector<std::string> units() const override
-    {
-        std::vector<std::string> u{"model.decoder.embed_tokens"};
-        if (m_proj)
-            u.push_back("model.decoder.project_in");
-        u.push_back("model.decoder.embed_positions");
-        for (int64_t i = 0; i < m_layers; ++i)
-            u.push_back("model.decoder.layers." + std::to_string(i));
-        if (m_finalNorm)
-            u.push_back("model.decoder.final_layer_norm");
-        if (m_proj)
-            u.push_back("model.decoder.project_out");
-        u.push_back("lm_head");
-        return u;
-    }
     int64_t vocabSize() const override { return m_vocab; }
     int64_t layers() const override { return m_layers; }
 
@@ -104,6 +89,6 @@ private:
 
 } // namespace
 
-std::unique_ptr<Runner> makeOpt(const ModelConfig& c, WeightStore& s) { return std::make_unique<Opt>(c, s); }
+std::unique_ptr<Runner> opt::makeRunner(const ModelConfig& c, WeightStore& s) { return std::make_unique<Opt>(c, s); }
 
 } // namespace stowage::arch

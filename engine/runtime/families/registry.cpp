@@ -1,57 +1,36 @@
-// The runtime's side of the family registry (stowage/families.h): one runner
-// per family, registered here once under the family's name.
+// The runtime's side of the family registry: each family's runner, found by
+// its Arch. Made from the same list as the model's table
+// (stowage/families.def), so there is no second list to keep in step.
 #include "runner.h"
 
 #include "stowage/families.h"
 #include "stowage/runtime.h"
 
-#include <cstring>
-
 namespace stowage {
 namespace arch {
 
-std::unique_ptr<Runner> makeGpt2(const ModelConfig& c, WeightStore& s);
-std::unique_ptr<Runner> makeLlamaFamily(const ModelConfig& c, WeightStore& s);
-std::unique_ptr<Runner> makeOpt(const ModelConfig& c, WeightStore& s);
-
 namespace {
-struct RunnerEntry {
-    const char* family;
-    std::unique_ptr<Runner> (*make)(const ModelConfig&, WeightStore&);
+using MakeRunner = std::unique_ptr<Runner> (*)(const ModelConfig&, WeightStore&);
+// Indexed by Arch: one entry per line of families.def, in its order.
+const MakeRunner kRunners[] = {
+#define STOWAGE_FAMILY(id) id::makeRunner,
+#include "stowage/families.def"
+#undef STOWAGE_FAMILY
 };
-const RunnerEntry kRunners[] = {
-    {"gpt2", makeGpt2},
-    {"llama", makeLlamaFamily},
-    {"opt", makeOpt},
-};
-
-const RunnerEntry* runnerFor(const std::string& modelType)
-{
-    const auto family = familyOf(modelType);
-    if (!family)
-        return nullptr;
-    for (const auto& r : kRunners)
-        if (*family == r.family)
-            return &r;
-    return nullptr;
-}
 } // namespace
 
 std::unique_ptr<Runner> makeRunner(const ModelConfig& c, WeightStore& s)
 {
-    const RunnerEntry* r = runnerFor(c.modelType());
-    return r ? r->make(c, s) : nullptr;
+    const auto arch = archOf(c.modelType());
+    return arch ? kRunners[size_t(*arch)](c, s) : nullptr;
 }
 
 } // namespace arch
 
 std::vector<std::string> runnableModelTypes()
 {
-    std::vector<std::string> out;
-    for (const auto& t : knownModelTypes())
-        if (arch::runnerFor(t))
-            out.push_back(t);
-    return out;
+    // Every family has a runner: a line of families.def without one does not link.
+    return knownModelTypes();
 }
 
 } // namespace stowage

@@ -3,6 +3,7 @@
 // every execution unit goes through the pre/post hooks.
 #include "../weightstore.h"
 #include "stowage/config.h"
+#include "stowage/families.h"
 
 #include <ATen/ATen.h>
 
@@ -28,11 +29,12 @@ struct LayerCache {
     at::ScalarType storeAs = at::ScalarType::Undefined;
 };
 
+// A family's forward pass. Its execution units, the modules it wraps in a
+// UnitScope each, are the family's registry row's (executionUnits(), in
+// families.h): the weight store prefetches along them.
 class Runner {
 public:
     virtual ~Runner() = default;
-    // Execution units in order; the weight store prefetches along it.
-    virtual std::vector<std::string> units() const = 0;
     // ids: [1, T] int64 on the CPU, following `past` cached positions.
     // Returns float32 logits [T, vocab] on the CPU.
     virtual at::Tensor forward(const at::Tensor& ids, int64_t past, std::vector<LayerCache>& cache) = 0;
@@ -40,9 +42,17 @@ public:
     virtual int64_t layers() const = 0;
 };
 
-// The forward pass for config.model_type's family (registry.cpp); null when
-// the family has no runner.
+// The forward pass for config.model_type's family (registry.cpp); null for
+// a model_type no family covers.
 std::unique_ptr<Runner> makeRunner(const ModelConfig& config, WeightStore& store);
+
+// Each family's runner (one runner file each), declared from families.def.
+// clang-format off
+#define STOWAGE_FAMILY(id) \
+    namespace id { std::unique_ptr<Runner> makeRunner(const ModelConfig& config, WeightStore& store); }
+// clang-format on
+#include "stowage/families.def"
+#undef STOWAGE_FAMILY
 
 // Shared pieces.
 // RAII pre/post hook around one unit; moves `x` to the unit's device.

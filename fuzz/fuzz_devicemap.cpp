@@ -6,7 +6,6 @@
 // through deviceMapToJson unchanged.
 #include "checkpoint_common.h"
 
-#include <map>
 #include <memory>
 
 namespace {
@@ -63,19 +62,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size)
         const MapCheck check = validateDeviceMap(*tree, map);
         if (check.errors.size() != check.errorSubjects.size() || check.warnings.size() != check.warningSubjects.size())
             std::abort();
-        std::map<Device, uint64_t> used;
-        for (const auto& p : tree->params())
-            if (auto d = deviceFor(map, p.name))
-                used[*d] += tree->paramBytes(p);
-        for (const auto& b : tree->buffers())
-            if (auto d = deviceFor(map, b.name))
-                used[*d] += tree->bufferBytes(b);
-        for (const auto& [key, dev] : map) {
-            if (const int m = tree->find(key); m >= 0)
-                (void)tree->modules()[static_cast<size_t>(m)].bytes;
-            else if (const int p = tree->findParam(key); p >= 0)
-                (void)tree->paramBytes(tree->params()[static_cast<size_t>(p)]);
-        }
+        // Sized as the window's import and plan --device-map size it: no more
+        // bytes placed than the whole model holds.
+        const Plan plan = planFromDeviceMap(*tree, map, "fuzz");
+        uint64_t placed = 0;
+        for (const DeviceTotal& d : plan.devices)
+            placed += d.used;
+        if (plan.entries.size() != map.size() || placed > tree->root().bytes)
+            std::abort();
     }
     if (deviceMapFromJson(deviceMapToJson(map), "round trip") != map ||
         deviceMapFromJson(deviceMapToJson(map, -1), "round trip") != map)

@@ -103,6 +103,7 @@ private slots:
     void rootBuffersAreQueuedLast();
     void partialBudgetsAreTakenAsGiven();
     void tiedChecksInAccelerateOrder();
+    void bytesOfAGivenMap();
 };
 
 namespace {
@@ -641,6 +642,59 @@ void TestPlanner::tiedChecksInAccelerateOrder()
         // left to keep room for, 60 + 60 <= 120. All on GPU 0, merged.
         QCOMPARE(map(120, r), QString("'':0"));
     }
+}
+
+void TestPlanner::bytesOfAGivenMap()
+{
+    // embed.weight 10x4 f32 = 160; block.linear 4x4 f32 = 64 + bias 16, and
+    // block's inv_freq buffer 2 f32 = 8; head.weight tied to embed (0); norm 4 f16 = 8.
+    ModuleTree t;
+    t.addModule(-1, "", "ModelForTest");
+    t.addParam(t.addModule(0, "embed", "Embedding"), "weight", {10, 4}, DType::F32);
+    const int block = t.addModule(0, "block", "Block");
+    const int linear = t.addModule(block, "linear", "Linear");
+    t.addParam(linear, "weight", {4, 4}, DType::F32);
+    t.addParam(linear, "bias", {4}, DType::F32);
+    t.addBuffer(block, "inv_freq", {2}, DType::F32, false);
+    t.addParam(t.addModule(0, "head", "Linear"), "weight", {10, 4}, DType::F32);
+    t.tie("head.weight", "embed.weight");
+    t.addParam(t.addModule(0, "norm", "LayerNorm"), "weight", {4}, DType::F16);
+    t.finish(std::nullopt);
+    auto d = [](const char* s) { return *Device::parse(s); };
+    // A parameter key beside its module's, and a key that names nothing (device 1 gets no bytes).
+    const DeviceMap map{{"embed", d("0")}, {"head", d("0")}, {"block.linear.weight", d("cpu")},
+                        {"block", d("cpu")}, {"norm", d("disk")}, {"extra", d("1")}};
+    auto byName = [](const std::map<Device, uint64_t>& m) {
+        std::map<std::string, uint64_t> out;
+        for (const auto& [dev, bytes] : m)
+            out[dev.name()] = bytes;
+        return out;
+    };
+    using Sizes = std::map<std::string, uint64_t>;
+    QCOMPARE(byName(bytesPerDevice(t, map)), (Sizes{{"0", 160}, {"cpu", 88}, {"disk", 8}}));
+    QCOMPARE(byName(bytesPerDevice(t, map, /*buffers=*/false)), (Sizes{{"0", 160}, {"cpu", 80}, {"disk", 8}}));
+    // Nothing is placed where the map does not reach.
+    QCOMPARE(byName(bytesPerDevice(t, {{"block", d("0")}})), (Sizes{{"0", 88}}));
+
+    const Plan p = planFromDeviceMap(t, map, "given in m.json");
+    QCOMPARE(p.deviceMap, map);
+    QCOMPARE(p.reference, Reference::Transformers);
+    QCOMPARE(p.entries.size(), size_t(6));
+    const uint64_t entryBytes[] = {160, 0, 64, 88, 8, 0};
+    for (size_t i = 0; i < p.entries.size(); ++i) {
+        QCOMPARE(p.entries[i].module, map[i].first);
+        QCOMPARE(p.entries[i].device, map[i].second);
+        QCOMPARE(p.entries[i].bytes, entryBytes[i]);
+        QCOMPARE(p.entries[i].why, std::string("given in m.json"));
+    }
+    Sizes used;
+    for (const DeviceTotal& total : p.devices) {
+        QCOMPARE(total.budget, -1.0);
+        QCOMPARE(total.reserved, uint64_t(0));
+        used[total.device.name()] = total.used;
+    }
+    QCOMPARE(used, (Sizes{{"0", 160}, {"cpu", 88}, {"disk", 8}}));
+    QVERIFY(p.budgets.empty() && p.notes.empty());
 }
 
 QTEST_APPLESS_MAIN(TestPlanner)

@@ -79,18 +79,7 @@ int planCommand(const std::vector<std::string>& argv)
     std::vector<std::string> warnings;
     if (auto mapFile = a.value("--device-map")) {
         // Check the user's map instead of computing one.
-        plan.deviceMap = loadDeviceMap(*mapFile, tree, &warnings);
-        std::map<Device, uint64_t> used;
-        plan.reference = o.reference;
-        for (const auto& p : tree.params())
-            used[*deviceFor(plan.deviceMap, p.name)] += tree.paramBytes(p);
-        for (const auto& b : tree.buffers())
-            if (auto d = deviceFor(plan.deviceMap, b.name))
-                used[*d] += tree.bufferBytes(b);
-        for (const auto& [k, d] : plan.deviceMap)
-            plan.entries.push_back({k, d, 0, "given in " + *mapFile});
-        for (const auto& [d, u] : used)
-            plan.devices.push_back({d, -1, u, 0});
+        plan = planFromDeviceMap(tree, loadDeviceMap(*mapFile, tree, &warnings), "given in " + *mapFile);
     } else {
         plan = planDeviceMap(tree, o);
     }

@@ -321,28 +321,8 @@ bool PlanningPage::importMap(const QString& json, const QString& source)
     const MapCheck check = validateDeviceMap(*m_tree, map);
 
     // Sizes per entry and per device, as the planner reports them.
-    Plan plan;
-    plan.reference = m_tree->reference();
-    plan.deviceMap = map;
+    Plan plan = planFromDeviceMap(*m_tree, map, "imported from " + source.toStdString());
     plan.budgets = m_budgets->budgets();
-    std::map<Device, uint64_t> used;
-    for (const auto& p : m_tree->params())
-        if (auto d = deviceFor(map, p.name))
-            used[*d] += m_tree->paramBytes(p);
-    for (const auto& b : m_tree->buffers())
-        if (auto d = deviceFor(map, b.name))
-            used[*d] += m_tree->bufferBytes(b);
-    const std::string why = "imported from " + source.toStdString();
-    for (const auto& [key, dev] : map) {
-        uint64_t bytes = 0;
-        if (const int m = m_tree->find(key); m >= 0)
-            bytes = m_tree->modules()[static_cast<size_t>(m)].bytes;
-        else if (const int p = m_tree->findParam(key); p >= 0)
-            bytes = m_tree->paramBytes(m_tree->params()[static_cast<size_t>(p)]);
-        plan.entries.push_back({key, dev, bytes, why});
-    }
-    for (const auto& [d, u] : used)
-        plan.devices.push_back({d, -1, u, 0});
 
     // Problems by module: the map key each one is about (validateDeviceMap names it).
     QHash<QString, QString> byKey;

@@ -140,4 +140,35 @@ std::optional<Device> deviceFor(const DeviceMap& map, const std::string& name)
     return best;
 }
 
+std::map<Device, uint64_t> bytesPerDevice(const ModuleTree& tree, const DeviceMap& map, bool buffers)
+{
+    std::map<Device, uint64_t> used;
+    for (const auto& p : tree.params())
+        if (auto d = deviceFor(map, p.name))
+            used[*d] += tree.paramBytes(p);
+    if (buffers)
+        for (const auto& b : tree.buffers())
+            if (auto d = deviceFor(map, b.name))
+                used[*d] += tree.bufferBytes(b);
+    return used;
+}
+
+Plan planFromDeviceMap(const ModuleTree& tree, const DeviceMap& map, const std::string& why)
+{
+    Plan plan;
+    plan.reference = tree.reference();
+    plan.deviceMap = map;
+    for (const auto& [key, dev] : map) {
+        uint64_t bytes = 0;
+        if (const int m = tree.find(key); m >= 0)
+            bytes = tree.modules()[static_cast<size_t>(m)].bytes;
+        else if (const int p = tree.findParam(key); p >= 0)
+            bytes = tree.paramBytes(tree.params()[static_cast<size_t>(p)]);
+        plan.entries.push_back({key, dev, bytes, why});
+    }
+    for (const auto& [d, u] : bytesPerDevice(tree, map))
+        plan.devices.push_back({d, -1, u, 0});
+    return plan;
+}
+
 } // namespace stowage

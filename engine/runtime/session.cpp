@@ -135,9 +135,9 @@ std::vector<DevicePlacement> Session::placement() const
     std::map<Device, DevicePlacement> by;
     for (const auto& [key, device] : m_impl->map)
         by[device].device = device.name();
-    for (const Param& p : m_impl->tree->params())
-        if (auto d = deviceFor(m_impl->map, p.name))
-            by[*d].plannedBytes += m_impl->tree->paramBytes(p);
+    // Parameters only, as the runtime counts what it holds: buffers are computed there.
+    for (const auto& [device, bytes] : bytesPerDevice(*m_impl->tree, m_impl->map, /*buffers=*/false))
+        by[device].plannedBytes = bytes;
     const auto resident = m_impl->telemetry->resident();
     for (auto& [device, pl] : by)
         if (auto it = resident.find(pl.device); it != resident.end())

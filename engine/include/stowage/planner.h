@@ -7,6 +7,7 @@
 #include "stowage/moduletree.h"
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -97,5 +98,17 @@ MapCheck validateDeviceMap(const ModuleTree& tree, const DeviceMap& map);
 bool isUnder(const std::string& name, const std::string& module);
 // The device of a tensor/module name: longest matching key ("" = all), or nullopt.
 std::optional<Device> deviceFor(const DeviceMap& map, const std::string& name);
+
+// Bytes the map sends to each device: every parameter (tied ones once, sized
+// under the tree's dtype and reference) and, with `buffers`, every buffer, on
+// the device deviceFor gives it; names the map does not cover count nowhere.
+// Devices that get nothing are absent.
+std::map<Device, uint64_t> bytesPerDevice(const ModuleTree& tree, const DeviceMap& map, bool buffers = true);
+// A plan that is a given map rather than a computed one (plan --device-map,
+// the window's Import): its entries in the map's order, each with the bytes
+// of the module or parameter it names (0 for a key that names neither) and
+// `why`; per device the bytes bytesPerDevice counts, with no budget (-1).
+// Budgets and notes are left empty; nothing is validated here.
+Plan planFromDeviceMap(const ModuleTree& tree, const DeviceMap& map, const std::string& why);
 
 } // namespace stowage

@@ -76,6 +76,7 @@ private slots:
     void vocabJsonAndMergesTxt();
     void loadsFromCheckpoint();
     void streamHoldsBackPartialCharacters();
+    void streamContinuesAfterIdsShown();
     void invalidUtf8InputIsReadAsReplacementCharacters();
 
     void malformedJsonNamesTheFile();
@@ -321,6 +322,25 @@ void TestTokenizer::streamHoldsBackPartialCharacters()
     // A sequence cut short is handed out, replaced, by finish().
     QCOMPARE(d.push(v[0]), std::string());
     QCOMPARE(d.finish(), std::string("\xEF\xBF\xBD"));
+}
+
+void TestTokenizer::streamContinuesAfterIdsShown()
+{
+    auto t = Tokenizer::fromFolder(kData + "/tiny-bytelevel");
+    const auto v = t->encode("a日本"); // "a", then three byte tokens per character
+    QCOMPARE(v.size(), size_t(7));
+    // 日 shown whole: what follows is 本 alone, once its last byte comes.
+    StreamDecoder whole(*t, false, {v[0], v[1], v[2], v[3]});
+    QCOMPARE(whole.push(v[4]), std::string());
+    QCOMPARE(whole.push(v[5]), std::string());
+    QCOMPARE(whole.push(v[6]), std::string("本"));
+    QCOMPARE(whole.finish(), std::string());
+    // Shown up to the middle of 日: it comes out with the byte that ends it.
+    StreamDecoder half(*t, false, {v[0], v[1], v[2]});
+    QCOMPARE(half.push(v[3]), std::string("日"));
+    // Nothing shown: the same as a new decoder.
+    StreamDecoder none(*t, false, {});
+    QCOMPARE(none.push(v[0]), std::string("a"));
 }
 
 void TestTokenizer::invalidUtf8InputIsReadAsReplacementCharacters()

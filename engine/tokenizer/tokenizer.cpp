@@ -158,6 +158,13 @@ std::vector<int32_t> Tokenizer::eosIds() const { return m_impl->eos; }
 StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, bool skipSpecial)
     : m_tok(tokenizer), m_skipSpecial(skipSpecial) {}
 
+StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, bool skipSpecial, const std::vector<int32_t>& shown)
+    : m_tok(tokenizer), m_skipSpecial(skipSpecial)
+{
+    for (int32_t id : shown)
+        push(id);
+}
+
 // tokenizers' step_decode_stream: decode a window of recent ids and hand out
 // what grew past the previous decode, once it does not end in U+FFFD.
 std::string StreamDecoder::push(int32_t id)

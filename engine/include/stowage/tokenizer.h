@@ -68,6 +68,10 @@ private:
 class StreamDecoder {
 public:
     explicit StreamDecoder(const Tokenizer& tokenizer, bool skipSpecial = false);
+    // Continuing a text whose ids `shown` were pushed already (by a decoder
+    // since gone): as that decoder stood, so push() hands out what follows,
+    // and an unfinished character at their end with the ids that complete it.
+    StreamDecoder(const Tokenizer& tokenizer, bool skipSpecial, const std::vector<int32_t>& shown);
     std::string push(int32_t id);
     std::string finish();
 

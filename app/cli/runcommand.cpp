@@ -48,19 +48,16 @@ int runCommand(const std::vector<std::string>& argv)
     SessionOptions so;
     so.path = checkpointPath(a);
     so.dtype = parseDTypeOption(a);
-    // The plan options and a given map are checked against the model here,
-    // so their errors name the flags and files the user typed; the session
-    // then loads from this same opened checkpoint.
+    // The plan options are checked against the model here, so their errors
+    // name the flags the user typed; the session then loads from this same
+    // opened checkpoint and tree, and checks a given map, naming its file.
     Checkpoint ck = Checkpoint::open(so.path);
-    {
-        ModuleTree tree = buildModuleTree(ck, so.dtype, parseReferenceOption(a));
-        so.plan = planOptionsFromArgs(a, ck, tree);
-        if (auto f = a.value("--device-map")) {
-            std::vector<std::string> warnings;
-            so.deviceMap = loadDeviceMap(*f, tree, &warnings);
-            for (const auto& w : warnings)
-                std::fprintf(stderr, "stowage-cli: warning: %s\n", w.c_str());
-        }
+    so.tree = std::make_shared<const ModuleTree>(buildModuleTree(ck, so.dtype, parseReferenceOption(a)));
+    so.plan = planOptionsFromArgs(a, ck, *so.tree);
+    if (auto f = a.value("--device-map")) {
+        so.deviceMap = deviceMapFromJson(readFile(*f), *f);
+        so.deviceMapSource = *f;
+        so.onWarning = [](const std::string& w) { std::fprintf(stderr, "stowage-cli: warning: %s\n", w.c_str()); };
     }
     auto ids = a.value("--prompt-ids");
     std::vector<int32_t> promptIds;

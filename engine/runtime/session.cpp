@@ -19,7 +19,7 @@ struct Session::Impl {
     // Declared in this order so the model (which refers to the checkpoint
     // and the tree) goes first when the session is destroyed.
     std::unique_ptr<Checkpoint> checkpoint;
-    std::unique_ptr<ModuleTree> tree;
+    std::shared_ptr<const ModuleTree> tree; // the caller's (SessionOptions::tree) or the session's own
     DeviceMap map;
     std::unique_ptr<Tokenizer> tokenizer;
     std::string tokenizerProblem; // why there is none
@@ -29,6 +29,10 @@ struct Session::Impl {
     double loadSeconds = 0;
     std::vector<int32_t> context;
     size_t promptLength = 0;
+    // The text of the generation under way (context after the prompt): made
+    // afresh by generate and by a step with a prompt, dropped when generate
+    // ends; a step that continues without one makes it from the context.
+    std::unique_ptr<StreamDecoder> stream;
 
     std::optional<nlohmann::json> sideJson(const std::string& name) const
     {
@@ -41,6 +45,15 @@ struct Session::Impl {
         return j;
     }
     GenerationResult next(const SamplingOptions& sampling, const std::function<void(const TokenPiece&)>& onToken);
+    // The chosen token `id` (already in the context) to onToken, with the
+    // text it adds and the time it was chosen.
+    void emit(int32_t id, int index, const std::function<void(const TokenPiece&)>& onToken)
+    {
+        const double t = telemetry->now();
+        std::string text = stream ? stream->push(id) : std::string();
+        if (onToken)
+            onToken({id, std::move(text), index, t});
+    }
 
     // Every shard the checkpoint maps still has its mapped size: reading a
     // file that shrank under the mapping raises SIGBUS, so a load,
@@ -78,11 +91,16 @@ std::unique_ptr<Session> Session::open(Checkpoint checkpoint, const SessionOptio
     const auto t0 = std::chrono::steady_clock::now();
     auto impl = std::make_unique<Impl>();
     impl->checkpoint = std::make_unique<Checkpoint>(std::move(checkpoint));
-    impl->tree = std::make_unique<ModuleTree>(buildModuleTree(*impl->checkpoint, options.dtype, options.plan.reference));
+    impl->tree = options.tree ? options.tree
+                              : std::make_shared<const ModuleTree>(
+                                    buildModuleTree(*impl->checkpoint, options.dtype, options.plan.reference));
     if (options.deviceMap) {
-        MapCheck check = validateDeviceMap(*impl->tree, *options.deviceMap);
+        const MapCheck check = validateDeviceMap(*impl->tree, *options.deviceMap);
         if (!check.errors.empty())
-            throw InputError("device map", check.errors.front());
+            throw InputError(options.deviceMapSource, check.errors.front());
+        if (options.onWarning)
+            for (const auto& w : check.warnings)
+                options.onWarning(w);
         impl->map = *options.deviceMap;
     } else {
         impl->map = planDeviceMap(*impl->tree, options.plan).deviceMap;
@@ -218,24 +236,23 @@ GenerationResult Session::generate(const std::vector<int32_t>& prompt, const Sam
     m_impl->model->setUnitDelay(0);
     m_impl->context = prompt;
     m_impl->promptLength = prompt.size();
-    std::unique_ptr<StreamDecoder> stream;
+    m_impl->stream.reset();
     if (m_impl->tokenizer)
-        stream = std::make_unique<StreamDecoder>(*m_impl->tokenizer, /*skipSpecial=*/true);
+        m_impl->stream = std::make_unique<StreamDecoder>(*m_impl->tokenizer, /*skipSpecial=*/true);
     int index = 0;
     SamplingOptions o = sampling;
     o.stop = &m_impl->stop;
     GenerationResult r = stowage::generate(*m_impl->model, prompt, o, [&](int32_t id) {
         m_impl->context.push_back(id);
-        if (onToken)
-            onToken({id, stream ? stream->push(id) : std::string(), index});
-        ++index;
+        m_impl->emit(id, index++, onToken);
         return true;
     });
-    if (stream && onToken) {
+    if (m_impl->stream && onToken) {
         // Text still held back (an unfinished UTF-8 sequence) as a last piece without a token.
-        if (std::string rest = stream->finish(); !rest.empty())
-            onToken({-1, rest, -1});
+        if (std::string rest = m_impl->stream->finish(); !rest.empty())
+            onToken({-1, rest, -1, m_impl->telemetry->now()});
     }
+    m_impl->stream.reset(); // its text is all out: a step that continues starts from the context
     return r;
 }
 
@@ -249,9 +266,14 @@ GenerationResult Session::step(const std::optional<std::vector<int32_t>>& prompt
         d.context = *prompt;
         d.promptLength = prompt->size();
         d.model->resetCache();
+        d.stream.reset();
     }
     if (d.context.empty())
         throw InputError("prompt", "there is nothing to continue: give a prompt for the first step");
+    if (!d.stream && d.tokenizer)
+        d.stream = std::make_unique<StreamDecoder>(
+            *d.tokenizer, /*skipSpecial=*/true,
+            std::vector<int32_t>(d.context.begin() + long(d.promptLength), d.context.end()));
     d.model->setUnitDelay(unitDelay);
     SamplingOptions o = sampling;
     o.stop = &d.stop;
@@ -283,17 +305,7 @@ GenerationResult Session::Impl::next(const SamplingOptions& o, const std::functi
     (generated == 0 ? r.prefillSeconds : r.decodeSeconds) = seconds;
     r.tokens.push_back(id);
     context.push_back(id);
-    if (onToken) {
-        // The piece this token adds to the text decoded so far.
-        std::string piece;
-        if (tokenizer) {
-            const std::vector<int32_t> before(context.begin() + long(promptLength), context.end() - 1);
-            const std::vector<int32_t> after(context.begin() + long(promptLength), context.end());
-            const std::string a = tokenizer->decode(before, true), b = tokenizer->decode(after, true);
-            piece = b.compare(0, a.size(), a) == 0 ? b.substr(a.size()) : b;
-        }
-        onToken({id, piece, int(generated)});
-    }
+    emit(id, int(generated), onToken);
     return r;
 }
 

@@ -26,6 +26,13 @@ struct SessionOptions {
     std::optional<DType> dtype;         // default: config.json's, else the checkpoint's
     std::optional<DeviceMap> deviceMap; // a given map, validated against the model...
     PlanOptions plan;                   // ...else one planned with these options
+    // The module tree, where the caller has built it already (from this
+    // checkpoint, with dtype and plan.reference): the session builds none then.
+    std::shared_ptr<const ModuleTree> tree;
+    // Validating deviceMap: an error is thrown as InputError(deviceMapSource,
+    // the first error); each warning (keys that match no module) goes here.
+    std::string deviceMapSource = "device map";
+    std::function<void(const std::string&)> onWarning;
     // Dispatch and hooks; its deviceMap, dtype and gpuBudgets are filled in
     // by the session (GPU budgets from plan.maxMemory). A telemetry given
     // here lets the caller watch the load; else the session makes one.
@@ -47,6 +54,7 @@ struct TokenPiece {
     int32_t id = 0;
     std::string text; // the decoded text this token completes (may be empty mid-character)
     int index = 0;    // 0 for the first generated token
+    double t = 0;     // when it was chosen: seconds on the session's telemetry clock (MemorySample::t)
 };
 
 class Session {

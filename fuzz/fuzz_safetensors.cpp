@@ -4,7 +4,7 @@
 // area, its size is shape x dtype, and the ranges tile the data area.
 #include "common.h"
 
-#include "stowage/formats.h"
+#include "stowage/safetensors.h"
 
 #include <algorithm>
 

@@ -8,7 +8,7 @@
 // Tensors it returns must lie inside the file.
 #include "common.h"
 
-#include "stowage/formats.h"
+#include "stowage/torchbin.h"
 
 #include <array>
 

@@ -1,7 +1,7 @@
 // One test per header rule of the reference safetensors implementation; each
 // asserts the specific error, so a rule silently dropped fails here.
 #include "stowage/error.h"
-#include "stowage/formats.h"
+#include "stowage/safetensors.h"
 #include "stowage/safetensorswriter.h"
 
 #include <QtTest>

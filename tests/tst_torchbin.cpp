@@ -3,7 +3,7 @@
 // the tensors' own memory, plus hostile and broken files.
 #include "skip.h"
 #include "stowage/error.h"
-#include "stowage/formats.h"
+#include "stowage/torchbin.h"
 #include "stowage/mappedfile.h"
 
 #include <QDir>

@@ -2,8 +2,9 @@
 
 #include "stowage/error.h"
 #include "stowage/fileio.h"
-#include "stowage/formats.h"
 #include "stowage/hubcache.h"
+#include "stowage/safetensors.h"
+#include "stowage/torchbin.h"
 
 #include <nlohmann/json.hpp>
 

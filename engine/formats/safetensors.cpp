@@ -1,7 +1,7 @@
 // Safetensors header validation, rule for rule as the reference implementation
 // (huggingface/safetensors, `SafeTensors::read_metadata` and `Metadata::validate`).
 #include "stowage/error.h"
-#include "stowage/formats.h"
+#include "stowage/safetensors.h"
 
 #include <nlohmann/json.hpp>
 

@@ -9,7 +9,7 @@
 // (`{"model": state_dict}`) is refused with the key to unwrap. Tensors come
 // back in the dict's order.
 #include "stowage/error.h"
-#include "stowage/formats.h"
+#include "stowage/torchbin.h"
 
 #include "unpickler.h"
 #include "zipreader.h"

@@ -31,8 +31,9 @@ import sys
 
 LAYERS = ["formats", "model", "plan", "runtime"]
 HEADERS = {
-    "formats": ["checkpoint.h", "config.h", "dtype.h", "error.h", "fileio.h", "formats.h", "hubcache.h",
-                "mappedfile.h", "offloadfolder.h", "safetensorswriter.h", "tensorinfo.h", "units.h"],
+    "formats": ["checkpoint.h", "config.h", "dtype.h", "error.h", "fileio.h", "hubcache.h", "mappedfile.h",
+                "offloadfolder.h", "safetensors.h", "safetensorswriter.h", "tensorinfo.h", "torchbin.h",
+                "units.h"],
     "model": ["moduletree.h", "families.h"],
     "plan": ["device.h", "planner.h", "kvcache.h", "costmodel.h", "hardware.h", "moduledevices.h",
              "placementlayout.h"],

@@ -6,8 +6,8 @@
 #include "fixtures.h"
 #include "stowage/checkpoint.h"
 #include "stowage/error.h"
+#include "stowage/model.h"
 #include "stowage/planner.h"
-#include "stowage/runtime.h"
 
 #include <QtTest>
 

@@ -4,7 +4,8 @@
 #include "fixtures.h"
 #include "stowage/checkpoint.h"
 #include "stowage/error.h"
-#include "stowage/runtime.h"
+#include "stowage/generate.h"
+#include "stowage/model.h"
 #include "stowage/session.h"
 
 #include <QtTest>

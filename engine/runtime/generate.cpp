@@ -1,7 +1,8 @@
 // Greedy and sampled decoding over Model::forward, with a seeded generator so
 // sampling is reproducible.
 #include "stowage/error.h"
-#include "stowage/runtime.h"
+#include "stowage/generate.h"
+#include "stowage/model.h"
 
 #include <algorithm>
 #include <chrono>

@@ -2,7 +2,8 @@
 #include "cudacopy.h"
 #include "stowage/error.h"
 #include "stowage/families.h"
-#include "stowage/runtime.h"
+#include "stowage/model.h"
+#include "stowage/runtimeinfo.h"
 
 #include <ATen/Parallel.h>
 #include <c10/core/GradMode.h>

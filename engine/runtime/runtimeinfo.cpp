@@ -1,4 +1,6 @@
-#include "stowage/runtime.h"
+#include "stowage/runtimeinfo.h"
+
+#include "stowage/families.h"
 
 #include <ATen/Context.h>
 #include <torch/version.h>
@@ -21,6 +23,13 @@ std::string runtimeDescription(int threads)
     // first load sets it (the worker's hello said "1 threads").
     return std::string("LibTorch ") + TORCH_VERSION + (cudaAvailable() ? ", CUDA" : ", CPU only") + ", " +
            std::to_string(loadThreads(threads)) + " threads";
+}
+
+std::vector<std::string> runnableModelTypes()
+{
+    // Every family has a runner: families/registry.cpp makes its table of
+    // runners from families.def, and a line without one does not link.
+    return knownModelTypes();
 }
 
 } // namespace stowage

@@ -4,7 +4,7 @@
 // enter()/leave() around each execution unit, plus prefetch.
 #include "stowage/offloadfolder.h"
 #include "stowage/checkpoint.h"
-#include "stowage/runtime.h"
+#include "stowage/model.h"
 
 #include <ATen/ATen.h>
 

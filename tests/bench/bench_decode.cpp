@@ -28,10 +28,11 @@
 #include "stowage/checkpoint.h"
 #include "stowage/costmodel.h"
 #include "stowage/families.h"
+#include "stowage/generate.h"
 #include "stowage/hardware.h"
 #include "stowage/mappedfile.h"
+#include "stowage/model.h"
 #include "stowage/planner.h"
-#include "stowage/runtime.h"
 
 #include "../../engine/runtime/families/gemv.h"
 

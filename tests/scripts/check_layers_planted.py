@@ -35,7 +35,7 @@ PLANTS = {
     "widgets/views/planted_torch.cpp": "<ATen/ATen.h>",
     "app/gui/planted_worker.cpp": '"plantedworker.h"',
     "app/gui/planted_cli.cpp": '"plantedcli.h"',
-    "app/gui/planted_runtime.cpp": '"stowage/runtime.h"',
+    "app/gui/planted_runtime.cpp": '"stowage/model.h"',
     "app/gui/planted_telemetry.cpp": '"stowage/telemetry.h"',
     "app/run/planted_worker.cpp": '"plantedworker.h"',
     "app/run/planted_cli.cpp": '"plantedcli.h"',

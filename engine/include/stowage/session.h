@@ -5,9 +5,10 @@
 // the session. The prompt rules (BOS, EOS and stop ids, sampling defaults
 // from generation_config.json) live here. Plain C++: no Qt, no LibTorch.
 #include "stowage/checkpoint.h"
+#include "stowage/generate.h"
+#include "stowage/model.h"
 #include "stowage/moduletree.h"
 #include "stowage/planner.h"
-#include "stowage/runtime.h"
 #include "stowage/telemetry.h"
 
 #include <atomic>

@@ -4,7 +4,6 @@
 #include "runner.h"
 
 #include "stowage/families.h"
-#include "stowage/runtime.h"
 
 namespace stowage {
 namespace arch {
@@ -26,11 +25,4 @@ std::unique_ptr<Runner> makeRunner(const ModelConfig& c, WeightStore& s)
 }
 
 } // namespace arch
-
-std::vector<std::string> runnableModelTypes()
-{
-    // Every family has a runner: a line of families.def without one does not link.
-    return knownModelTypes();
-}
-
 } // namespace stowage

@@ -1,8 +1,8 @@
 #pragma once
-// The LibTorch-backed part of the engine: load a checkpoint by a device map,
-// keep offloaded weights in an offload store, run forward passes through
-// hooks, and generate. This header stays free of LibTorch types so Qt code
-// (and the LibTorch-free CLI) can include it.
+// The LibTorch-backed model: load a checkpoint by a device map, keep
+// offloaded weights in an offload store, run forward passes through hooks
+// (generation over it: generate.h). This header stays free of LibTorch types
+// so Qt code (and the LibTorch-free CLI) can include it.
 #include "stowage/checkpoint.h"
 #include "stowage/costmodel.h"
 #include "stowage/moduletree.h"
@@ -18,17 +18,6 @@
 #include <vector>
 
 namespace stowage {
-
-// The threads a load computes with for LoadOptions::threads = `requested`:
-// that many, or one per CPU when 0.
-int loadThreads(int requested);
-// "LibTorch 1.13.1, CPU only, 2 threads": what this build can run on, with
-// loadThreads(`threads`).
-std::string runtimeDescription(int threads = 0);
-// True when LibTorch was built with CUDA and sees at least one GPU.
-bool cudaAvailable();
-// The model_types run() can execute.
-std::vector<std::string> runnableModelTypes();
 
 // Return false to cancel; `fraction` is 0..1.
 using ProgressFn = std::function<bool(double fraction, const std::string& what)>;
@@ -104,37 +93,5 @@ private:
     explicit Model(std::unique_ptr<Impl> impl);
     std::unique_ptr<Impl> m_impl;
 };
-
-struct SamplingOptions {
-    int maxNewTokens = 32;
-    bool greedy = true;
-    float temperature = 1.0f;
-    int topK = 0;      // 0: off
-    float topP = 1.0f; // 1: off
-    uint64_t seed = 0;
-    std::vector<int32_t> stopIds;
-    const std::atomic<bool>* stop = nullptr; // when set and true, generation ends as "stopped"
-};
-
-struct GenerationResult {
-    std::vector<int32_t> tokens; // generated ids (without the prompt)
-    double prefillSeconds = 0;
-    double decodeSeconds = 0;
-    bool stopped = false; // ended by SamplingOptions::stop or onToken
-    double decodeTokensPerSecond() const
-    {
-        return tokens.size() > 1 && decodeSeconds > 0 ? double(tokens.size() - 1) / decodeSeconds : 0;
-    }
-    std::vector<std::vector<float>> logits; // per generated token, when asked for
-};
-
-// Prefill, then decode token by token. `onToken` gets each id as it is
-// chosen; returning false stops. A stop (onToken, or options.stop while a
-// forward pass runs) is a result with `stopped` set, never an exception.
-GenerationResult generate(Model& model, const std::vector<int32_t>& prompt, const SamplingOptions& options,
-                          const std::function<bool(int32_t)>& onToken = {}, bool keepLogits = false);
-
-// Chooses the next token from float32 logits (exposed for tests).
-int32_t sampleToken(const std::vector<float>& logits, const SamplingOptions& options, uint64_t step);
 
 } // namespace stowage

@@ -24,7 +24,7 @@ namespace {
 HardwareProfile hardwareFor(const Args& a)
 {
     auto h = a.value("--hardware");
-    return h ? loadHardware(*h) : measureThisMachine();
+    return h ? hardwareFromSpec(*h) : measureThisMachine();
 }
 
 const ExecutionPolicy kPolicies[] = {ExecutionPolicy::AccelerateLike, ExecutionPolicy::Prefetch,

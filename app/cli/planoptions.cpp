@@ -6,9 +6,6 @@
 #include "stowage/fileio.h"
 #include "stowage/kvcache.h"
 
-#include <cstdio>
-#include <fstream>
-#include <sstream>
 
 namespace stowage::cli {
 namespace {
@@ -16,17 +13,8 @@ namespace {
 Budgets parseMaxMemory(const Args& a)
 {
     Budgets b;
-    for (const auto& spec : a.values("--max-memory")) {
-        auto eq = spec.find('=');
-        if (eq == std::string::npos)
-            throw InputError("--max-memory " + spec, "expected DEV=SIZE, e.g. 0=20GiB or cpu=64GB");
-        std::string dev = spec.substr(0, eq);
-        auto d = Device::parse(dev);
-        if (!d)
-            throw InputError("--max-memory " + spec,
-                             "unknown device '" + dev + "' (use a GPU index such as 0, or cpu, or disk)");
-        b.push_back({*d, double(parseSize(spec.substr(eq + 1), "--max-memory " + spec))});
-    }
+    for (const auto& spec : a.values("--max-memory"))
+        b.push_back(parseBudgetSpec(spec, "--max-memory " + spec));
     return b;
 }
 
@@ -35,24 +23,7 @@ std::optional<KvReserve> parseKv(const Args& a, const Checkpoint& ck, const Modu
     auto v = a.value("--kv-cache");
     if (!v)
         return std::nullopt;
-    int ctx = 0, batch = 1;
-    char x = 0;
-    std::istringstream in(*v);
-    in >> ctx;
-    if (in && !in.eof()) {
-        in >> x >> batch;
-        if (x != 'x')
-            ctx = 0;
-    }
-    if (!in.eof() || ctx <= 0 || batch <= 0 || (in.fail() && !in.eof()))
-        throw InputError("--kv-cache " + *v, "expected CONTEXT or CONTEXTxBATCH, e.g. 4096 or 8192x4");
-    if (!ck.config())
-        throw InputError(ck.weightsPath(), "--kv-cache needs config.json beside the weights");
-    auto r = kvReserveFor(*ck.config(), tree, ctx, batch, *tree.dtype());
-    if (!r)
-        throw InputError(ck.config()->path(), "--kv-cache: model_type '" + ck.config()->modelType() +
-                                                  "' is not a family whose attention shape Stowage knows");
-    return r;
+    return kvReserveForCheckpoint(ck, tree, parseKvSpec(*v, "--kv-cache " + *v));
 }
 
 } // namespace
@@ -70,14 +41,6 @@ Budgets machineBudgets()
 std::string readFile(const std::string& path) { return readTextFile(path); }
 
 void writeFile(const std::string& path, const std::string& text) { writeFileAtomically(path, text); }
-
-HardwareProfile loadHardware(const std::string& spec)
-{
-    const std::string ext = ".json";
-    if (spec.size() > ext.size() && spec.compare(spec.size() - ext.size(), ext.size(), ext) == 0)
-        return profileFromJson(readFile(spec), spec);
-    return hardwarePreset(spec);
-}
 
 std::set<std::string> planValuedOptions()
 {

@@ -23,9 +23,6 @@ PlanOptions planOptionsFromArgs(const Args& args, const Checkpoint& ck, const Mo
 // A user's device-map JSON, validated against the tree (the first error is thrown as InputError).
 DeviceMap loadDeviceMap(const std::string& path, const ModuleTree& tree, std::vector<std::string>* warnings);
 
-// --hardware: a preset name ("rtx4090", "2xh100-80gb") or a saved profile FILE.json.
-HardwareProfile loadHardware(const std::string& spec);
-
 std::string readFile(const std::string& path);
 // Written to PATH.partial then renamed, so a failed write leaves no half file.
 void writeFile(const std::string& path, const std::string& text);

@@ -8,6 +8,7 @@
 #include "runpage.h"
 #include "rundata.h"
 #include "stowage/costmodel.h"
+#include "stowage/kvcache.h"
 
 #include <QRegularExpression>
 #include <QCommandLineParser>
@@ -56,15 +57,17 @@ QString applyPlanOptions(MainWindow& w, const QCommandLineParser& p)
                 m->addSimulatedGpu(QString::fromStdString(g.name), preset, g.memoryBytes);
         }
         for (const QString& spec : p.values("max-memory")) {
-            const int eq = spec.indexOf(QLatin1Char('='));
-            const auto dev = eq > 0 ? Device::parse(spec.left(eq).toStdString()) : std::nullopt;
-            if (!dev)
-                return QStringLiteral("--max-memory %1: expected DEV=SIZE, e.g. 0=20GiB or cpu=64GB").arg(spec);
-            const quint64 bytes = parseSize(spec.mid(eq + 1).toStdString(), "--max-memory " + spec.toStdString());
+            const DeviceBudget b = parseBudgetSpec(spec.toStdString(), "--max-memory " + spec.toStdString());
+            const quint64 bytes = quint64(b.bytes);
             // GPUs this machine lacks are simulated, of the budget's size.
-            while (dev->kind == Device::Gpu && m->gpuCount() <= dev->index)
+            while (b.device.kind == Device::Gpu && m->gpuCount() <= b.device.index)
                 m->addSimulatedGpu(QObject::tr("GPU"), QString(), bytes);
-            m->setBudget(m->rowOf(*dev), bytes);
+            m->setBudget(m->rowOf(b.device), bytes);
+        }
+        if (p.isSet("kv-cache")) {
+            const std::string v = p.value("kv-cache").toStdString();
+            const KvSpec kv = parseKvSpec(v, "--kv-cache " + v);
+            page->controls()->setKvCache(std::make_pair(kv.context, kv.batch));
         }
     } catch (const std::exception& e) {
         return QString::fromStdString(e.what());
@@ -89,15 +92,6 @@ QString applyPlanOptions(MainWindow& w, const QCommandLineParser& p)
     }
     if (p.isSet("no-split"))
         page->controls()->setNoSplit(p.values("no-split").join(QLatin1Char(',')));
-    if (p.isSet("kv-cache")) {
-        const QStringList parts = p.value("kv-cache").split(QLatin1Char('x'));
-        bool ok1 = false, ok2 = true;
-        const int ctx = parts.value(0).toInt(&ok1);
-        const int batch = parts.size() > 1 ? parts[1].toInt(&ok2) : 1;
-        if (!ok1 || !ok2 || ctx <= 0 || batch <= 0 || parts.size() > 2)
-            return QStringLiteral("--kv-cache %1: expected CONTEXT or CONTEXTxBATCH, e.g. 4096 or 8192x4").arg(p.value("kv-cache"));
-        page->controls()->setKvCache(std::make_pair(ctx, batch));
-    }
     return {};
 }
 

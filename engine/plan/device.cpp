@@ -105,4 +105,20 @@ Budgets normalizeBudgets(Budgets budgets)
     return budgets;
 }
 
+DeviceBudget parseBudget(const std::string& device, const std::string& size, const std::string& what)
+{
+    const auto d = Device::parse(device);
+    if (!d)
+        throw InputError(what, "unknown device '" + device + "' (use a GPU index such as 0, or cpu, or disk)");
+    return {*d, double(parseSize(size, what))};
+}
+
+DeviceBudget parseBudgetSpec(const std::string& spec, const std::string& what)
+{
+    const auto eq = spec.find('=');
+    if (eq == std::string::npos)
+        throw InputError(what, "expected DEV=SIZE, e.g. 0=20GiB or cpu=64GB");
+    return parseBudget(spec.substr(0, eq), spec.substr(eq + 1), what);
+}
+
 } // namespace stowage

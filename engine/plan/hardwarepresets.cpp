@@ -3,6 +3,7 @@
 #include "stowage/hardware.h"
 
 #include "stowage/error.h"
+#include "stowage/fileio.h"
 
 #include <nlohmann/json.hpp>
 
@@ -277,6 +278,14 @@ HardwareProfile profileFromJson(const std::string& text, const std::string& path
         p.gpus.push_back(std::move(g));
     }
     return p;
+}
+
+HardwareProfile hardwareFromSpec(const std::string& spec)
+{
+    const std::string ext = ".json";
+    if (spec.size() > ext.size() && spec.compare(spec.size() - ext.size(), ext.size(), ext) == 0)
+        return profileFromJson(readTextFile(spec), spec);
+    return hardwarePreset(spec);
 }
 
 } // namespace stowage

@@ -1,6 +1,9 @@
 #include "stowage/kvcache.h"
 
+#include "stowage/error.h"
 #include "stowage/families.h"
+
+#include <cstdio>
 
 namespace stowage {
 
@@ -24,6 +27,31 @@ std::optional<KvReserve> kvReserveFor(const ModelConfig& c, const ModuleTree& tr
     r.activationBytes = uint64_t(batch) * uint64_t(context) * uint64_t(std::max(inner, 3 * hidden)) * el +
                         uint64_t(batch) * vocab * 4;
     return r;
+}
+
+KvSpec parseKvSpec(const std::string& text, const std::string& what)
+{
+    KvSpec k;
+    char x = 0, extra = 0;
+    const int n = std::sscanf(text.c_str(), "%d%c%d%c", &k.context, &x, &k.batch, &extra);
+    const bool digitsFirst = !text.empty() && text[0] >= '0' && text[0] <= '9';
+    if (!digitsFirst || !(n == 1 || (n == 3 && x == 'x')) || k.context <= 0 || k.batch <= 0 ||
+        text.find_first_of(" \t+") != std::string::npos)
+        throw InputError(what, "expected CONTEXT or CONTEXTxBATCH, e.g. 4096 or 8192x4");
+    if (n == 1)
+        k.batch = 1;
+    return k;
+}
+
+KvReserve kvReserveForCheckpoint(const Checkpoint& ck, const ModuleTree& tree, KvSpec spec)
+{
+    if (!ck.config())
+        throw InputError(ck.weightsPath(), "a KV-cache reserve needs config.json beside the weights");
+    auto r = kvReserveFor(*ck.config(), tree, spec.context, spec.batch, *tree.dtype());
+    if (!r)
+        throw InputError(ck.config()->path(), "model_type '" + ck.config()->modelType() +
+                                                  "' is not a family whose attention shape Stowage knows");
+    return *r;
 }
 
 } // namespace stowage

@@ -42,4 +42,13 @@ using Budgets = std::vector<DeviceBudget>;
 // Sorts into device order; throws InputError on a device given twice.
 Budgets normalizeBudgets(Budgets budgets);
 
+// One max_memory entry: a device name ("0", "cpu", "disk") and a size
+// (parseSize). Throws InputError naming `what` (the entry as the user wrote
+// it) for an unknown device or a bad size. Every front end (the CLI's
+// --max-memory DEV=SIZE, the worker's max_memory object, the window's
+// command line) reads budgets through these two.
+DeviceBudget parseBudget(const std::string& device, const std::string& size, const std::string& what);
+// "DEV=SIZE" (0=20GiB, cpu=64GB); InputError naming `what` when there is no '='.
+DeviceBudget parseBudgetSpec(const std::string& spec, const std::string& what);
+
 } // namespace stowage

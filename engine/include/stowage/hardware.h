@@ -86,5 +86,9 @@ uint64_t availableRamBytes();
 std::string profileToJson(const HardwareProfile& profile);
 // Throws InputError naming `path` on malformed input.
 HardwareProfile profileFromJson(const std::string& text, const std::string& path);
+// What a user names as hardware anywhere (the CLI's --hardware, the worker's
+// "hardware"): a saved profile FILE.json, else a preset name ("rtx4090",
+// "2xh100-80gb"). Throws InputError for an unreadable file or unknown preset.
+HardwareProfile hardwareFromSpec(const std::string& spec);
 
 } // namespace stowage

@@ -1,6 +1,6 @@
-// The worker's protocol lines (app/cli/workerprotocol.cpp): the bytes a
+// The worker's protocol lines (app/worker/workercommands.cpp): the bytes a
 // client writes to `stowage-cli worker`, read by its LineReader and each line
-// parsed and checked as Worker::handle does (app/cli/workercommand.cpp) up to
+// parsed and checked as Worker::handle does (app/worker/workercommand.cpp) up to
 // where it would start a job: load, generate and step get their fields
 // checked and their options built, but no model is loaded. The reply the
 // worker would write (an error event echoing "request") is serialised too.
@@ -38,7 +38,7 @@ void handle(const std::string& line)
             checkFields(cmd, {});
         } else if (name == "load") {
             const LoadCommand lc = parseLoad(cmd);
-            if (lc.kvContext < 0 || lc.kvBatch < 1 || lc.load.threads < 0)
+            if ((lc.kv && (lc.kv->context < 1 || lc.kv->batch < 1)) || lc.load.threads < 0)
                 std::abort();
         } else if (name == "generate" || name == "step") {
             const GenerateCommand g = parseGenerate(cmd, name == "step");
@@ -56,9 +56,10 @@ void handle(const std::string& line)
     } catch (const json::exception& e) {
         kind = "input", message = std::string("bad command: ") + e.what(); // Worker::handle's answer too
     }
-    ojson event{{"event", "error"}, {"kind", kind}, {"message", message}};
+    namespace f = stowage::wire::f;
+    ojson event{{stowage::wire::kEvent, stowage::wire::ev::Error}, {f::Kind, kind}, {f::Message, message}};
     if (!request.is_null())
-        event["request"] = request;
+        event[stowage::wire::kRequest] = request;
     (void)event.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -89,7 +90,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size)
                 std::abort();
     }
     rewind(data, size);
-    LineReader reader(input, kMaxLineBytes);
+    LineReader reader(input, stowage::wire::kMaxCommandBytes);
     std::string line, joined;
     bool first = true;
     for (LineReader::Result r; (r = reader.next(line)) != LineReader::End;) {

@@ -4,6 +4,8 @@
 // protocol input that never stops it serving.
 #include "fixtures.h"
 #include "workerclient.h"
+#include "workercodec.h"
+#include "workerwire.h"
 
 #include <QElapsedTimer>
 #include <QFile>
@@ -113,6 +115,7 @@ private slots:
     void sigkillIsReported();
     void unloadGivesMemoryBack();
     void badProtocolInputKeepsServing();
+    void everyCommandAndEventThroughBothEnds();
 };
 
 void TestWorker::initTestCase()
@@ -509,6 +512,163 @@ void TestWorker::badProtocolInputKeepsServing()
     QVERIFY(done >= 0);
     QCOMPARE(h.events[size_t(done)].value("token_ids").toArray().size(), qsizetype(2));
     QVERIFY(h.client.isRunning());
+}
+
+
+void TestWorker::everyCommandAndEventThroughBothEnds()
+{
+    // Every command the window sends, encoded by its codec (workercodec.h),
+    // and every kind of event the worker writes, decoded by it: the words of
+    // app/protocol/workerwire.h at both ends, through a real worker.
+    Harness h;
+    QVERIFY(h.start() >= 0);
+    const qint64 pid = h.client.processId();
+    std::set<QString> sent;
+    int job = 0;
+    // Sends a command with the next request number; returns the index of the first event after it.
+    auto send = [&](QJsonObject c) {
+        sent.insert(c.value("cmd").toString());
+        c["request"] = ++job;
+        const int from = int(h.events.size());
+        h.client.send(c);
+        return from;
+    };
+
+    // A load stopped while its first tensor crawls to a simulated GPU: cancelled.
+    LoadRequest crawl;
+    crawl.path = m_mid;
+    crawl.dtype = "float32";
+    crawl.deviceMap = {{"transformer", Device::gpu(0)}, {"lm_head", Device::gpu(0)}};
+    crawl.simulateGpus = true;
+    crawl.hardware = hardwareFromSpec(m_slowProfile.toStdString()); // inline in the command
+    crawl.throttle = true;
+    const int crawlFrom = send(encodeLoad(crawl));
+    QVERIFY(h.waitFor("progress", crawlFrom) >= 0);
+    const int stopJob = job;
+    h.client.send(encodeStop());
+    sent.insert("stop");
+    const int cancelled = h.waitFor("cancelled", crawlFrom);
+    QVERIFY2(cancelled >= 0, qPrintable(h.client.stderrLog()));
+
+    // A load with a key the model lacks (a warning), an inline preset profile and budgets.
+    LoadRequest load;
+    load.path = m_tiny;
+    load.dtype = "float32";
+    load.deviceMap = {{"transformer.wte", Device::gpu(0)}, {"transformer.wpe", Device::gpu(0)},
+                      {"transformer.h", Device::cpu()},    {"transformer.ln_f", Device::gpu(0)},
+                      {"lm_head", Device::gpu(0)},         {"no.such.module", Device::cpu()}};
+    load.maxMemory = {{Device::gpu(0), 1e9}};
+    load.simulateGpus = true;
+    load.hardware = hardwarePreset("rtx4090");
+    load.policy = "prefetch";
+    const int loadFrom = send(encodeLoad(load));
+    const int loadJob = job;
+    const int loaded = h.waitFor("loaded", loadFrom);
+    QVERIFY2(loaded >= 0, qPrintable(h.client.stderrLog()));
+
+    GenerateRequest g;
+    g.promptIds = {4, 8, 15};
+    g.maxNewTokens = 4;
+    g.ignoreEos = true;
+    const int genFrom = send(encodeGenerate(g, false));
+    const int genDone = h.waitFor("done", genFrom);
+    QVERIFY(genDone >= 0);
+    const int stepFrom = send(encodeGenerate(g, true, 0));
+    QVERIFY(h.waitFor("done", stepFrom) >= 0);
+    GenerateRequest bad;
+    bad.promptIds = {1 << 30};
+    const int badFrom = send(encodeGenerate(bad, false));
+    const int badJob = job;
+    QVERIFY(h.waitFor("error", badFrom) >= 0);
+    const int unloadFrom = send(encodeUnload());
+    QVERIFY(h.waitFor("unloaded", unloadFrom) >= 0);
+    sent.insert("quit");
+    h.client.send(encodeQuit());
+    QTRY_VERIFY_WITH_TIMEOUT(h.ended, 30000);
+    QCOMPARE(h.endedStatus, QProcess::NormalExit);
+    QCOMPARE(h.endedCode, 0);
+
+    std::set<QString> allCommands(std::begin(wire::cmd::All), std::end(wire::cmd::All));
+    QCOMPARE(sent, allCommands);
+
+    // Every event decodes to the value type of its kind.
+    std::set<QString> seen;
+    QVector<TokenMark> tokens;
+    QVector<TraceSpan> genSpans;
+    for (int i = 0; i < int(h.events.size()); ++i) {
+        const QJsonObject& e = h.events[size_t(i)];
+        const QString kind = e.value("event").toString();
+        const auto* k = std::find_if(std::begin(wire::ev::All), std::end(wire::ev::All),
+                                     [&](const char* n) { return kind == QLatin1String(n); });
+        QVERIFY2(k != std::end(wire::ev::All), qPrintable("an event kind workerwire.h lacks: " + kind));
+        const std::optional<DecodedEvent> d = decodeEvent(e);
+        QVERIFY2(d, qPrintable(kind));
+        QCOMPARE(d->event.index(), size_t(k - std::begin(wire::ev::All)));
+        seen.insert(kind);
+        if (const auto* hello = std::get_if<worker::Hello>(&d->event)) {
+            QCOMPARE(hello->protocol, 1);
+            QCOMPARE(hello->pid, pid);
+            QVERIFY(hello->families.contains("gpt2"));
+            QVERIFY(hello->policies.contains("prefetch"));
+        } else if (const auto* c = std::get_if<worker::Cancelled>(&d->event)) {
+            QCOMPARE(c->what, QString("load"));
+            QCOMPARE(d->request, std::optional<int>(stopJob));
+        } else if (const auto* w = std::get_if<worker::Warning>(&d->event)) {
+            QVERIFY2(w->message.contains("no.such.module"), qPrintable(w->message));
+            QCOMPARE(d->request, std::optional<int>(loadJob));
+        } else if (const auto* p = std::get_if<worker::Progress>(&d->event)) {
+            QVERIFY(p->permille >= 0 && p->permille <= 1000);
+            QVERIFY(!p->what.isEmpty());
+        } else if (const auto* l = std::get_if<LoadedInfo>(&d->event)) {
+            QCOMPARE(l->modelType, QString("gpt2"));
+            QCOMPARE(d->request, std::optional<int>(loadJob));
+            QVERIFY(!l->units.isEmpty());
+            QVERIFY(std::any_of(l->devices.begin(), l->devices.end(),
+                                [](const DeviceBytes& b) { return b.device == "0" && b.planned > 0; }));
+        } else if (const auto* t = std::get_if<TokenMark>(&d->event)) {
+            if (i < genDone)
+                tokens.push_back(*t);
+        } else if (const auto* tr = std::get_if<worker::Trace>(&d->event)) {
+            if (i > genFrom && i < genDone)
+                genSpans += tr->spans;
+        } else if (const auto* s = std::get_if<RunSample>(&d->event)) {
+            QVERIFY(s->t >= 0);
+            QVERIFY(s->rssBytes > 0);
+        } else if (const auto* done = std::get_if<DoneInfo>(&d->event)) {
+            QVERIFY(done->tokenIds.size() >= 1);
+        } else if (const auto* err = std::get_if<worker::Error>(&d->event)) {
+            QCOMPARE(err->kind, QString("input"));
+            QVERIFY2(err->message.contains("outside the vocabulary"), qPrintable(err->message));
+            QCOMPARE(d->request, std::optional<int>(badJob));
+        } else if (const auto* u = std::get_if<worker::Unloaded>(&d->event)) {
+            QVERIFY(u->wasLoaded);
+            QVERIFY(u->rssBytes > 0);
+        }
+    }
+    std::set<QString> allEvents(std::begin(wire::ev::All), std::end(wire::ev::All));
+    QCOMPARE(seen, allEvents);
+
+    // Each token carries its own time (`t`) on the clock the trace uses:
+    // after the generation's first unit started, in order, and no later than
+    // a moment (sampling one token) after its last unit ended.
+    QCOMPARE(tokens.size(), 4);
+    QVERIFY(!genSpans.isEmpty());
+    double first = genSpans.front().t0, last = genSpans.front().t1;
+    for (const TraceSpan& s : genSpans) {
+        first = std::min(first, s.t0);
+        last = std::max(last, s.t1);
+    }
+    for (int i = 0; i < tokens.size(); ++i) {
+        QCOMPARE(tokens[i].index, i);
+        QVERIFY2(tokens[i].t > first && tokens[i].t <= last + 0.25,
+                 qPrintable(QString("token %1 at t=%2 outside the generation's trace %3..%4")
+                                .arg(i)
+                                .arg(tokens[i].t)
+                                .arg(first)
+                                .arg(last)));
+        if (i > 0)
+            QVERIFY(tokens[i].t > tokens[i - 1].t);
+    }
 }
 
 QTEST_GUILESS_MAIN(TestWorker)

@@ -8,6 +8,7 @@
 
 #include "stowage/checkpoint.h"
 #include "stowage/error.h"
+#include "stowage/runtimeinfo.h"
 #include "stowage/session.h"
 #include "stowage/tokenizer.h"
 
@@ -75,7 +76,7 @@ int runCommand(const std::vector<std::string>& argv)
     }
     lo.threads = int(number(a, "--threads", 0, 0, 4096));
     if (auto h = a.value("--hardware"))
-        lo.profile = loadHardware(*h);
+        lo.profile = hardwareFromSpec(*h);
     if (a.flag("--throttle")) {
         // Simulated GPUs copy at the profile's PCIe speed, for teaching demos.
         if (!lo.profile || lo.profile->gpus.empty())

@@ -34,12 +34,6 @@
 namespace stowage::cli {
 namespace {
 
-// Exit statuses WorkerClient turns into words (docs/worker-protocol.md): a
-// read of a memory-mapped file that had shrunk under it (SIGBUS), and an
-// allocation that failed where no request could report it.
-constexpr int kExitMappedFileShrank = 74;
-constexpr int kExitOutOfMemory = 75;
-
 // An exception no thread caught. Out of memory (a ulimit -v, a cgroup's
 // limit, or RAM overcommitted) gets its own status, so the window can say
 // so; anything else is reported and aborts as before.
@@ -52,7 +46,7 @@ constexpr int kExitOutOfMemory = 75;
             std::rethrow_exception(e);
     } catch (const std::bad_alloc&) {
         writeStderr(oom, sizeof oom - 1);
-        ::_exit(kExitOutOfMemory);
+        ::_exit(wire::kExitOutOfMemory);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "stowage-cli worker: terminated by an uncaught exception: %s\n", e.what());
     } catch (...) {
@@ -65,7 +59,8 @@ void installFaultHandlers()
     std::set_terminate(onTerminate);
     // A read of a mapped file that shrank: its own status, which the client
     // turns into words.
-    installSigbusHandler("stowage-cli worker: ", "; the worker stopped; reopen the checkpoint\n", kExitMappedFileShrank);
+    installSigbusHandler("stowage-cli worker: ", "; the worker stopped; reopen the checkpoint\n",
+                         wire::kExitMappedFileShrank);
     // A file size limit (ulimit -f) then fails a write with EFBIG, reported
     // as a full disk is, instead of killing the worker.
     std::signal(SIGXFSZ, SIG_IGN);
@@ -73,36 +68,6 @@ void installFaultHandlers()
 
 using ojson = nlohmann::ordered_json;
 using json = nlohmann::json;
-
-// The first line of a message (LibTorch appends its C++ backtrace).
-std::string firstLine(const char* text)
-{
-    const char* nl = std::strchr(text, '\n');
-    return nl ? std::string(text, size_t(nl - text)) : std::string(text);
-}
-
-// A failed allocation inside a request: the process may not have more
-// memory (RAM, ulimit -v, a cgroup's limit). LibTorch reports its own as
-// c10::Error "…can't allocate memory…".
-bool outOfMemory(const std::exception& e)
-{
-    return dynamic_cast<const std::bad_alloc*>(&e) != nullptr || std::strstr(e.what(), "can't allocate memory") ||
-           std::strstr(e.what(), "Cannot allocate memory");
-}
-
-// The last event of a job that threw something other than InputError or
-// Cancelled. `job`: "load", "generate" or "step".
-ojson failureEvent(const std::exception& e, const std::string& job)
-{
-    if (outOfMemory(e)) {
-        const char* doing = job == "load" ? "loading" : job == "generate" ? "generating" : "stepping";
-        return ojson{{"event", "error"},
-                     {"kind", "memory"},
-                     {"message", std::string("out of memory while ") + doing + ": the worker could not allocate more (" +
-                                     firstLine(e.what()) + "); what this request had allocated is released"}};
-    }
-    return ojson{{"event", "error"}, {"kind", "internal"}, {"message", e.what()}};
-}
 
 class Worker {
 public:
@@ -133,7 +98,10 @@ private:
 
     // The job thread and what it is doing.
     enum Job { Idle, Loading, Generating, Stepping };
-    static const char* jobName(int job) { return job == Loading ? "load" : job == Generating ? "generate" : "step"; }
+    static const char* jobName(int job)
+    {
+        return job == Loading ? wire::cmd::Load : job == Generating ? wire::cmd::Generate : wire::cmd::Step;
+    }
     std::thread m_job;
     std::atomic<bool> m_busy{false};
     std::atomic<int> m_jobKind{Idle};
@@ -157,14 +125,14 @@ void Worker::emit(ojson event, const json& request)
     std::string line;
     try {
         if (!request.is_null())
-            event["request"] = request;
+            event[wire::kRequest] = request;
         line = event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
         line.push_back('\n');
     } catch (const std::bad_alloc&) {
         // Out of memory while writing it: samples and trace can go; an
         // answer is replaced by one that needs no memory.
-        const auto kind = event.find("event");
-        if (kind != event.end() && kind->is_string() && (*kind == "sample" || *kind == "trace"))
+        const auto kind = event.find(wire::kEvent);
+        if (kind != event.end() && kind->is_string() && (*kind == wire::ev::Sample || *kind == wire::ev::Trace))
             return;
         static const char fallback[] =
             "{\"event\":\"error\",\"kind\":\"memory\",\"message\":\"out of memory while writing an event\"}\n";
@@ -183,7 +151,7 @@ void Worker::emit(ojson event, const json& request)
 
 void Worker::error(const std::string& kind, const std::string& message, const json& request)
 {
-    emit(ojson{{"event", "error"}, {"kind", kind}, {"message", message}}, request);
+    emit(errorEvent(kind.c_str(), message), request);
 }
 
 void Worker::joinJob()
@@ -202,9 +170,9 @@ void Worker::startJob(const json& request, std::function<ojson()> job)
         try {
             last = job();
         } catch (const InputError& e) {
-            last = ojson{{"event", "error"}, {"kind", "input"}, {"message", e.what()}};
+            last = errorEvent(wire::err::Input, e.what());
         } catch (const Cancelled&) {
-            last = ojson{{"event", "cancelled"}, {"what", jobName(m_jobKind)}};
+            last = cancelledEvent(jobName(m_jobKind));
         } catch (const std::exception& e) {
             last = failureEvent(e, jobName(m_jobKind));
         }
@@ -233,12 +201,8 @@ void Worker::flushTelemetry()
     std::lock_guard<std::mutex> lock(m_pumpMutex);
     auto samples = t->samplesSince(m_sampleCursor);
     m_sampleCursor = samples.next;
-    for (size_t i = 0; i < samples.items.size(); ++i) {
-        ojson e = sampleEvent(samples.items[i]);
-        if (i == 0 && samples.missed)
-            e["missed"] = samples.missed;
-        emit(std::move(e));
-    }
+    for (size_t i = 0; i < samples.items.size(); ++i)
+        emit(sampleEvent(samples.items[i], i == 0 ? samples.missed : 0));
     auto trace = t->traceSince(m_eventCursor);
     m_eventCursor = trace.next;
     for (const ojson& e : traceEvents(trace.items, trace.missed))
@@ -274,29 +238,18 @@ void Worker::load(const json& cmd, const json& request)
         SessionOptions so;
         so.path = lc.path.empty() ? demoCheckpointPath() : lc.path;
         so.dtype = lc.dtype;
-        Checkpoint ck = Checkpoint::open(so.path); // opened once: checked here, loaded by the session
-        {
-            ModuleTree tree = buildModuleTree(ck, so.dtype, lc.plan.reference);
-            so.plan = lc.plan;
-            if (!lc.plan.maxMemory)
-                so.plan.machineMemory = machineBudgets();
-            if (lc.kvContext > 0) {
-                if (!ck.config())
-                    throw InputError(ck.weightsPath(), "a KV-cache reserve needs config.json beside the weights");
-                so.plan.kv = kvReserveFor(*ck.config(), tree, lc.kvContext, lc.kvBatch, *tree.dtype());
-                if (!so.plan.kv)
-                    throw InputError(ck.config()->path(), "model_type '" + ck.config()->modelType() +
-                                                              "' is not a family whose attention shape Stowage knows");
-            }
-            if (lc.deviceMap) {
-                MapCheck check = validateDeviceMap(tree, *lc.deviceMap);
-                if (!check.errors.empty())
-                    throw InputError("device map", check.errors.front());
-                for (const auto& w : check.warnings)
-                    emit(ojson{{"event", "warning"}, {"message", w}}, request);
-                so.deviceMap = lc.deviceMap;
-            }
-        }
+        // The checkpoint is opened and its tree built once, here; the session
+        // loads from both and checks a given map against that tree.
+        Checkpoint ck = Checkpoint::open(so.path);
+        auto tree = std::make_shared<const ModuleTree>(buildModuleTree(ck, so.dtype, lc.plan.reference));
+        so.tree = tree;
+        so.plan = lc.plan;
+        if (!lc.plan.maxMemory)
+            so.plan.machineMemory = machineBudgets();
+        if (lc.kv)
+            so.plan.kv = kvReserveForCheckpoint(ck, *tree, *lc.kv);
+        so.deviceMap = lc.deviceMap;
+        so.onWarning = [&](const std::string& w) { emit(warningEvent(w), request); };
         so.load = lc.load;
         auto telemetry = std::make_shared<Telemetry>();
         so.load.telemetry = telemetry;
@@ -312,7 +265,7 @@ void Worker::load(const json& cmd, const json& request)
         auto session = Session::open(std::move(ck), so, [&](double fraction, const std::string& what) {
             if (fraction - lastSent >= 0.001 || fraction >= 1.0) { // at most 1000 steps
                 lastSent = fraction;
-                emit(ojson{{"event", "progress"}, {"fraction", fraction}, {"what", what}}, request);
+                emit(progressEvent(fraction, what), request);
             }
             return !m_cancelLoad.load();
         });
@@ -352,7 +305,7 @@ void Worker::generate(const json& cmd, const json& request, bool oneStep)
         auto onToken = [&](const TokenPiece& p) {
             text += p.text;
             if (p.id >= 0)
-                emit(ojson{{"event", "token"}, {"token", p.id}, {"text", p.text}, {"index", p.index}}, request);
+                emit(tokenEvent(p), request);
         };
         GenerationResult r = oneStep ? s.step(prompt, so, gc.unitDelayMs / 1000.0, onToken)
                                      : s.generate(*prompt, so, onToken);
@@ -374,7 +327,7 @@ void Worker::unload(const json& request)
     }
     const bool had = gone != nullptr;
     gone.reset(); // releases every byte, then trims the heap
-    emit(ojson{{"event", "unloaded"}, {"was_loaded", had}, {"rss_bytes", processRssBytes()}}, request);
+    emit(unloadedEvent(had, processRssBytes()), request);
 }
 
 void Worker::handle(const std::string& line)
@@ -382,10 +335,10 @@ void Worker::handle(const std::string& line)
     json request = nullptr;
     try {
         json cmd = parseCommandLine(line); // throws InputError for malformed lines
-        if (cmd.contains("request"))
-            request = cmd["request"];
-        const std::string name = cmd["cmd"].get<std::string>();
-        if (name == "stop") {
+        if (cmd.contains(wire::kRequest))
+            request = cmd[wire::kRequest];
+        const std::string name = cmd[wire::kCmd].get<std::string>();
+        if (name == wire::cmd::Stop) {
             checkFields(cmd, {});
             // m_session only changes on this thread or inside a load job.
             if (m_jobKind == Loading)
@@ -394,7 +347,7 @@ void Worker::handle(const std::string& line)
                 m_session->requestStop();
             return;
         }
-        if (name == "quit") {
+        if (name == wire::cmd::Quit) {
             checkFields(cmd, {});
             m_quit = true;
             return;
@@ -403,23 +356,23 @@ void Worker::handle(const std::string& line)
             throw InputError("", std::string("busy with ") + jobName(m_jobKind) +
                                      ": wait for its last event, or send stop");
         joinJob();
-        if (name == "load")
+        if (name == wire::cmd::Load)
             load(cmd, request);
-        else if (name == "generate")
+        else if (name == wire::cmd::Generate)
             generate(cmd, request, false);
-        else if (name == "step")
+        else if (name == wire::cmd::Step)
             generate(cmd, request, true);
-        else if (name == "unload") {
+        else if (name == wire::cmd::Unload) {
             checkFields(cmd, {});
             unload(request);
         } else
             throw InputError("", "unknown command '" + name + "' (expected load, generate, step, stop, unload or quit)");
     } catch (const InputError& e) {
-        error("input", e.what(), request);
+        error(wire::err::Input, e.what(), request);
     } catch (const json::exception& e) {
-        error("input", std::string("bad command: ") + e.what(), request);
+        error(wire::err::Input, std::string("bad command: ") + e.what(), request);
     } catch (const std::exception& e) {
-        error("internal", e.what(), request);
+        error(wire::err::Internal, e.what(), request);
     }
 }
 
@@ -445,14 +398,16 @@ int Worker::serve()
     installFaultHandlers();
     emit(helloEvent());
     m_pump = std::thread([this] { pumpLoop(); });
-    LineReader reader(STDIN_FILENO, kMaxLineBytes);
+    LineReader reader(STDIN_FILENO, wire::kMaxCommandBytes);
     std::string line;
     while (!m_quit) {
         const auto got = reader.next(line);
         if (got == LineReader::End)
             break;
         if (got == LineReader::TooLong) {
-            error("input", "a command line longer than " + std::to_string(kMaxLineBytes) + " bytes was skipped", nullptr);
+            error(wire::err::Input,
+                  "a command line longer than " + std::to_string(wire::kMaxCommandBytes) + " bytes was skipped",
+                  nullptr);
             continue;
         }
         if (line.find_first_not_of(" \t\r") == std::string::npos)

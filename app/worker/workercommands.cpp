@@ -2,11 +2,10 @@
 // each command's fields. No LibTorch is needed here beyond two policy names,
 // so fuzz/fuzz_worker.cpp builds this file without the runtime; the events
 // the worker writes are in workerevents.cpp.
-#include "workerprotocol.h"
-
 #include "stowage/costmodel.h"
 #include "stowage/error.h"
-#include "stowage/fileio.h"
+#include "stowage/kvcache.h"
+#include "workerprotocol.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -20,6 +19,7 @@ namespace {
 
 using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
+namespace f = wire::f;
 
 constexpr int kMaxDepth = 32; // commands are flat; deeper nesting is refused before parsing
 
@@ -150,7 +150,7 @@ json parseCommandLine(const std::string& line)
     }
     if (!cmd.is_object())
         throw InputError("", "a command must be a JSON object with a \"cmd\" field");
-    if (!cmd.contains("cmd") || !cmd["cmd"].is_string())
+    if (!cmd.contains(wire::kCmd) || !cmd[wire::kCmd].is_string())
         throw InputError("", "a command needs a \"cmd\" string (load, generate, step, stop, unload or quit)");
     return cmd;
 }
@@ -159,149 +159,148 @@ void checkFields(const json& cmd, const std::vector<std::string>& allowed)
 {
     for (auto it = cmd.begin(); it != cmd.end(); ++it) {
         const std::string& k = it.key();
-        if (k == "cmd" || k == "request" || std::find(allowed.begin(), allowed.end(), k) != allowed.end())
+        if (k == wire::kCmd || k == wire::kRequest || std::find(allowed.begin(), allowed.end(), k) != allowed.end())
             continue;
         std::string list;
         for (const auto& a : allowed)
             list += (list.empty() ? "" : ", ") + a;
-        throw InputError("", "unknown field \"" + k + "\" in " + cmd["cmd"].get<std::string>() +
-                                 (list.empty() ? " (it takes none)" : " (it takes " + list + ")"));
+        throw InputError("",
+            "unknown field \"" + k + "\" in " + cmd[wire::kCmd].get<std::string>()
+                + (list.empty() ? " (it takes none)" : " (it takes " + list + ")"));
     }
 }
 
 LoadCommand parseLoad(const json& cmd)
 {
-    checkFields(cmd, {"path", "dtype", "reference", "device_map", "max_memory", "strategy", "no_split", "offload_buffers",
-                      "kv_cache", "offload_folder", "policy", "simulate_gpus", "hardware", "throttle", "threads"});
+    checkFields(cmd,
+        { f::Path, f::DType, f::Reference, f::DeviceMap, f::MaxMemory, f::Strategy, f::NoSplit, f::OffloadBuffers,
+            f::KvCache, f::OffloadFolder, f::Policy, f::SimulateGpus, f::Hardware, f::Throttle, f::Threads });
     LoadCommand lc;
-    lc.path = stringField(cmd, "path").value_or("");
-    if (auto d = stringField(cmd, "dtype")) {
+    lc.path = stringField(cmd, f::Path).value_or("");
+    if (auto d = stringField(cmd, f::DType)) {
         auto dt = dtypeFromTorchName(*d);
         if (!dt || !dtypeIsFloating(*dt))
-            throw fieldError("dtype", "one of float32, float16, bfloat16, got \"" + *d + "\"");
+            throw fieldError(f::DType, "one of float32, float16, bfloat16, got \"" + *d + "\"");
         lc.dtype = dt;
     }
-    if (auto r = stringField(cmd, "reference")) {
+    if (auto r = stringField(cmd, f::Reference)) {
         auto ref = referenceFromName(*r);
         if (!ref)
-            throw fieldError("reference", "transformers or accelerate, got \"" + *r + "\"");
+            throw fieldError(f::Reference, "transformers or accelerate, got \"" + *r + "\"");
         lc.plan.reference = *ref;
     }
-    if (const json* m = find(cmd, "device_map")) {
+    if (const json* m = find(cmd, f::DeviceMap)) {
         if (!m->is_object())
-            throw fieldError("device_map", "an object of module names to devices");
+            throw fieldError(f::DeviceMap, "an object of module names to devices");
         lc.deviceMap = deviceMapFromJson(m->dump(), "device map");
     }
-    if (const json* mm = find(cmd, "max_memory")) {
+    if (const json* mm = find(cmd, f::MaxMemory)) {
         if (!mm->is_object())
-            throw fieldError("max_memory", "an object of devices to sizes, e.g. {\"0\": \"20GiB\", \"cpu\": \"64GB\"}");
+            throw fieldError(f::MaxMemory, "an object of devices to sizes, e.g. {\"0\": \"20GiB\", \"cpu\": \"64GB\"}");
         Budgets b;
         for (auto it = mm->begin(); it != mm->end(); ++it) {
-            auto d = Device::parse(it.key());
-            if (!d)
-                throw InputError("max_memory", "unknown device '" + it.key() +
-                                                   "' (use a GPU index such as 0, or cpu, or disk)");
-            const std::string what = "max_memory[\"" + it.key() + "\"]";
-            if (it->is_string())
-                b.push_back({*d, double(parseSize(it->get<std::string>(), what))});
-            else if (it->is_number() && it->get<double>() >= 0 && std::isfinite(it->get<double>()))
-                b.push_back({*d, std::floor(it->get<double>())});
-            else
+            const std::string what = std::string(f::MaxMemory) + "[\"" + it.key() + "\"]";
+            if (it->is_string()) {
+                b.push_back(parseBudget(it.key(), it->get<std::string>(), what));
+            } else if (it->is_number() && it->get<double>() >= 0 && std::isfinite(it->get<double>())) {
+                DeviceBudget n = parseBudget(it.key(), "0", what); // the device checked as for a size
+                n.bytes = std::floor(it->get<double>());
+                b.push_back(n);
+            } else {
                 throw InputError(what, "expected a size such as \"20GiB\" or a number of bytes, got " + it->dump());
+            }
         }
         lc.plan.maxMemory = normalizeBudgets(b);
     }
-    if (auto s = stringField(cmd, "strategy")) {
+    if (auto s = stringField(cmd, f::Strategy)) {
         auto st = strategyFromName(*s);
         if (!st)
-            throw fieldError("strategy", "auto, balanced, balanced_low_0 or sequential, got \"" + *s + "\"");
+            throw fieldError(f::Strategy, "auto, balanced, balanced_low_0 or sequential, got \"" + *s + "\"");
         lc.plan.strategy = *st;
     }
-    if (const json* ns = find(cmd, "no_split")) {
+    if (const json* ns = find(cmd, f::NoSplit)) {
         if (!ns->is_array())
-            throw fieldError("no_split", "an array of module class names");
+            throw fieldError(f::NoSplit, "an array of module class names");
         std::vector<std::string> classes;
         for (const auto& c : *ns) {
             if (!c.is_string())
-                throw fieldError("no_split", "an array of module class names");
+                throw fieldError(f::NoSplit, "an array of module class names");
             classes.push_back(c.get<std::string>());
         }
         lc.plan.noSplit = classes;
     }
-    lc.plan.offloadBuffers = boolField(cmd, "offload_buffers").value_or(false);
-    if (auto kv = stringField(cmd, "kv_cache")) {
-        int ctx = 0, batch = 1;
-        char x = 0, extra = 0;
-        const int n = std::sscanf(kv->c_str(), "%d%c%d%c", &ctx, &x, &batch, &extra);
-        if (!((n == 1) || (n == 3 && x == 'x')) || ctx <= 0 || batch <= 0)
-            throw fieldError("kv_cache", "\"CONTEXT\" or \"CONTEXTxBATCH\", e.g. \"4096\" or \"8192x4\"");
-        lc.kvContext = ctx;
-        lc.kvBatch = batch;
-    }
-    lc.load.offloadFolder = stringField(cmd, "offload_folder").value_or("");
-    if (auto p = stringField(cmd, "policy")) {
+    lc.plan.offloadBuffers = boolField(cmd, f::OffloadBuffers).value_or(false);
+    if (auto kv = stringField(cmd, f::KvCache))
+        lc.kv = parseKvSpec(*kv, f::KvCache);
+    lc.load.offloadFolder = stringField(cmd, f::OffloadFolder).value_or("");
+    if (auto p = stringField(cmd, f::Policy)) {
         auto pol = policyFromName(*p);
         if (!pol)
-            throw fieldError("policy", "accelerate-like, prefetch or compute-where-it-lives, got \"" + *p + "\"");
+            throw fieldError(f::Policy, "accelerate-like, prefetch or compute-where-it-lives, got \"" + *p + "\"");
         lc.load.policy = *pol;
     }
-    lc.load.simulateGpus = boolField(cmd, "simulate_gpus").value_or(false);
-    if (auto h = stringField(cmd, "hardware")) {
-        const std::string ext = ".json";
-        lc.load.profile = h->size() > ext.size() && h->compare(h->size() - ext.size(), ext.size(), ext) == 0
-                              ? profileFromJson(readTextFile(*h), *h)
-                              : hardwarePreset(*h);
+    lc.load.simulateGpus = boolField(cmd, f::SimulateGpus).value_or(false);
+    if (const json* h = find(cmd, f::Hardware)) {
+        // A preset name, a saved profile FILE.json, or the profile itself:
+        // the window sends the one its prediction used.
+        if (h->is_string())
+            lc.load.profile = hardwareFromSpec(h->get<std::string>());
+        else if (h->is_object())
+            lc.load.profile = profileFromJson(h->dump(), "the load command's \"hardware\"");
+        else
+            throw fieldError(f::Hardware, "a preset name, a profile .json file or a hardware profile object");
     }
-    if (boolField(cmd, "throttle").value_or(false)) {
+    if (boolField(cmd, f::Throttle).value_or(false)) {
         if (!lc.load.profile || lc.load.profile->gpus.empty())
             throw InputError("", "\"throttle\" needs a \"hardware\" profile with a GPU, e.g. \"rtx4090\"");
         const GpuProfile& g = lc.load.profile->gpus.front();
-        lc.load.simulatedPcieBytesPerSecond =
-            lc.load.policy == ExecutionPolicy::AccelerateLike ? g.h2dPageable : g.h2dPinned;
+        lc.load.simulatedPcieBytesPerSecond
+            = lc.load.policy == ExecutionPolicy::AccelerateLike ? g.h2dPageable : g.h2dPinned;
     }
-    lc.load.threads = int(numberField(cmd, "threads", 0, 4096, true).value_or(0));
+    lc.load.threads = int(numberField(cmd, f::Threads, 0, 4096, true).value_or(0));
     return lc;
 }
 
 GenerateCommand parseGenerate(const json& cmd, bool step)
 {
-    std::vector<std::string> fields{"prompt", "prompt_ids", "greedy", "temperature", "top_k", "top_p", "seed",
-                                    "ignore_eos"};
+    std::vector<std::string> fields { f::Prompt, f::PromptIds, f::Greedy, f::Temperature, f::TopK, f::TopP, f::Seed,
+        f::IgnoreEos };
     if (step)
-        fields.push_back("unit_delay_ms");
+        fields.push_back(f::UnitDelayMs);
     else
-        fields.push_back("max_new_tokens");
+        fields.push_back(f::MaxNewTokens);
     checkFields(cmd, fields);
     GenerateCommand g;
-    g.prompt = stringField(cmd, "prompt");
-    if (const json* ids = find(cmd, "prompt_ids")) {
+    g.prompt = stringField(cmd, f::Prompt);
+    if (const json* ids = find(cmd, f::PromptIds)) {
         if (g.prompt)
             throw InputError("", "give \"prompt\" or \"prompt_ids\", not both");
         if (!ids->is_array())
-            throw fieldError("prompt_ids", "an array of token ids");
+            throw fieldError(f::PromptIds, "an array of token ids");
         std::vector<int32_t> out;
         for (const auto& v : *ids) {
-            if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > std::numeric_limits<int32_t>::max())
-                throw fieldError("prompt_ids", "an array of token ids (whole numbers from 0), got " + v.dump());
+            if (!v.is_number_integer() || v.get<int64_t>() < 0
+                || v.get<int64_t>() > std::numeric_limits<int32_t>::max())
+                throw fieldError(f::PromptIds, "an array of token ids (whole numbers from 0), got " + v.dump());
             out.push_back(int32_t(v.get<int64_t>()));
         }
         if (out.empty())
-            throw fieldError("prompt_ids", "a non-empty array of token ids");
+            throw fieldError(f::PromptIds, "a non-empty array of token ids");
         g.promptIds = out;
     }
-    if (auto n = numberField(cmd, "max_new_tokens", 1, 1e6, true))
+    if (auto n = numberField(cmd, f::MaxNewTokens, 1, 1e6, true))
         g.maxNewTokens = int(*n);
-    g.greedy = boolField(cmd, "greedy");
-    if (auto t = numberField(cmd, "temperature", 1e-6, 100, false))
+    g.greedy = boolField(cmd, f::Greedy);
+    if (auto t = numberField(cmd, f::Temperature, 1e-6, 100, false))
         g.temperature = float(*t);
-    if (auto k = numberField(cmd, "top_k", 0, 1e9, true))
+    if (auto k = numberField(cmd, f::TopK, 0, 1e9, true))
         g.topK = int(*k);
-    if (auto p = numberField(cmd, "top_p", 1e-6, 1, false))
+    if (auto p = numberField(cmd, f::TopP, 1e-6, 1, false))
         g.topP = float(*p);
-    if (auto s = numberField(cmd, "seed", 0, 9e15, true))
+    if (auto s = numberField(cmd, f::Seed, 0, 9e15, true))
         g.seed = uint64_t(*s);
-    g.ignoreEos = boolField(cmd, "ignore_eos").value_or(false);
-    if (auto d = numberField(cmd, "unit_delay_ms", 0, 10000, false))
+    g.ignoreEos = boolField(cmd, f::IgnoreEos).value_or(false);
+    if (auto d = numberField(cmd, f::UnitDelayMs, 0, 10000, false))
         g.unitDelayMs = *d;
     return g;
 }

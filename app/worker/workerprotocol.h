@@ -2,8 +2,12 @@
 // The worker's JSON-lines protocol (docs/worker-protocol.md): reading and
 // checking commands, and writing events. Kept apart from the worker's
 // threads so each rule is one small function.
+#include "workerwire.h"
+
+#include "stowage/generate.h"
+#include "stowage/kvcache.h"
+#include "stowage/model.h"
 #include "stowage/planner.h"
-#include "stowage/runtime.h"
 #include "stowage/session.h"
 #include "stowage/telemetry.h"
 
@@ -14,9 +18,6 @@
 #include <vector>
 
 namespace stowage::cli {
-
-constexpr int kWorkerProtocolVersion = 1;
-constexpr size_t kMaxLineBytes = 16u << 20; // a command line longer than this is skipped with an error
 
 // Lines from a file descriptor, without the newline. A line over the limit
 // is dropped up to its newline and reported once as TooLong.
@@ -45,7 +46,7 @@ struct LoadCommand {
     std::optional<DType> dtype;
     std::optional<DeviceMap> deviceMap;
     PlanOptions plan; // maxMemory unset: the machine's free memory
-    int kvContext = 0, kvBatch = 1;
+    std::optional<KvSpec> kv;
     LoadOptions load;
 };
 LoadCommand parseLoad(const nlohmann::json& cmd);
@@ -66,8 +67,20 @@ GenerateCommand parseGenerate(const nlohmann::json& cmd, bool step);
 // over them; giving a sampling field without "greedy" means sampling.
 SamplingOptions applySampling(SamplingOptions defaults, const GenerateCommand& g);
 
+// Every event the worker writes is built by one of these (workerevents.cpp),
+// with the words of workerwire.h.
 nlohmann::ordered_json helloEvent();
-nlohmann::ordered_json sampleEvent(const MemorySample& s);
+nlohmann::ordered_json progressEvent(double fraction, const std::string& what);
+nlohmann::ordered_json warningEvent(const std::string& message);
+// `t`: the token's time on the telemetry clock samples and trace share.
+nlohmann::ordered_json tokenEvent(const TokenPiece& piece);
+nlohmann::ordered_json errorEvent(const char* kind, const std::string& message);
+// The last event of a job that threw something other than InputError or
+// Cancelled: out of memory gets its own kind. `job`: "load", "generate" or "step".
+nlohmann::ordered_json failureEvent(const std::exception& e, const std::string& job);
+nlohmann::ordered_json cancelledEvent(const std::string& job);
+nlohmann::ordered_json unloadedEvent(bool wasLoaded, uint64_t rssBytes);
+nlohmann::ordered_json sampleEvent(const MemorySample& s, uint64_t missed = 0);
 // Trace events in batches of at most 1024 per "trace" event.
 std::vector<nlohmann::ordered_json> traceEvents(const std::vector<TraceEvent>& events, uint64_t missed);
 nlohmann::ordered_json loadedEvent(Session& session);

@@ -45,12 +45,19 @@ void copyFolder(const QString& from, const QString& to)
 
 // The demo's layers 2..5 on "disk", read in place from the memory-mapped
 // shards (float32 safetensors need no conversion); the rest in RAM.
-QJsonObject demoMapWithDiskLayers()
+DeviceMap demoMapWithDiskLayers()
 {
-    QJsonObject m{{"model.embed_tokens", "cpu"}, {"model.norm", "cpu"}, {"model.rotary_emb", "cpu"}, {"lm_head", "cpu"}};
+    DeviceMap m{{"model.embed_tokens", Device::cpu()}, {"model.norm", Device::cpu()},
+                {"model.rotary_emb", Device::cpu()}, {"lm_head", Device::cpu()}};
     for (int i = 0; i < 6; ++i)
-        m[QStringLiteral("model.layers.%1").arg(i)] = i < 2 ? "cpu" : "disk";
+        m.push_back({"model.layers." + std::to_string(i), i < 2 ? Device::cpu() : Device::disk()});
     return m;
+}
+
+// The same map as a worker command's "device_map".
+QJsonObject demoMapJson()
+{
+    return QJsonDocument::fromJson(QByteArray::fromStdString(deviceMapToJson(demoMapWithDiskLayers()))).object();
 }
 
 // Sets a resource limit of another process of ours (prlimit(2)), as ulimit would have.
@@ -195,7 +202,7 @@ void TestFaults::shardTruncatedBetweenRequests()
     const qint64 pid = h.client.processId();
     QVERIFY(warmUp(h, m_demo));
     const qint64 baseline = fixtures::rssAnon(pid);
-    const int l = h.request({{"cmd", "load"}, {"path", copy}, {"device_map", demoMapWithDiskLayers()}}, {"loaded", "error"});
+    const int l = h.request({{"cmd", "load"}, {"path", copy}, {"device_map", demoMapJson()}}, {"loaded", "error"});
     QVERIFY2(h.name(l) == "loaded", qPrintable(h.message(l)));
     QCOMPARE(h.name(h.request(generateIds({0, 5, 6}, 3), {"done", "error"})), QString("done"));
 
@@ -219,7 +226,7 @@ void TestFaults::shardTruncatedBetweenRequests()
     const qint64 after = fixtures::rssAnon(pid);
     qInfo("anonymous RSS: %.1f MiB before the load, %.1f MiB after the unload", baseline / 1048576.0, after / 1048576.0);
     QVERIFY(std::abs(after - baseline) < kBaselineSlack);
-    QCOMPARE(h.name(h.request({{"cmd", "load"}, {"path", m_demo}, {"device_map", demoMapWithDiskLayers()}},
+    QCOMPARE(h.name(h.request({{"cmd", "load"}, {"path", m_demo}, {"device_map", demoMapJson()}},
                               {"loaded", "error"})),
              QString("loaded"));
     QCOMPARE(h.name(h.request(generateIds({0, 5, 6}, 3), {"done", "error"})), QString("done"));
@@ -239,7 +246,7 @@ void TestFaults::shardTruncatedDuringCliRunEndsWithOneLine()
     {
         QFile f(mapFile);
         QVERIFY(f.open(QIODevice::WriteOnly));
-        f.write(QJsonDocument(demoMapWithDiskLayers()).toJson());
+        f.write(QByteArray::fromStdString(deviceMapToJson(demoMapWithDiskLayers())));
     }
     QProcess p;
     QByteArray out;
@@ -359,7 +366,7 @@ void TestFaults::describeEndSaysWhatHappened()
     const QString stderrTail = "some LibTorch warning\n"
                                "stowage-cli worker: /models/x/model-00002-of-00004.safetensors: shrank from 1478536 to 0 "
                                "bytes while in use (SIGBUS reading byte 4096); the worker stopped; reopen the checkpoint\n";
-    QCOMPARE(WorkerClient::describeEnd(WorkerClient::kExitMappedFileShrank, QProcess::NormalExit, false,
+    QCOMPARE(WorkerClient::describeEnd(74 /* docs/worker-protocol.md */, QProcess::NormalExit, false,
                                        "generating (token 3)", stderrTail),
              QString("the worker stopped (status 74): /models/x/model-00002-of-00004.safetensors shrank from 1478536 to 0 "
                      "bytes on disk while generating (token 3); reopen the checkpoint"));
@@ -367,7 +374,7 @@ void TestFaults::describeEndSaysWhatHappened()
     QVERIFY(WorkerClient::describeEnd(74, QProcess::NormalExit, false, "loading", {})
                 .contains("a memory-mapped checkpoint file shrank on disk while loading"));
     // An allocation that failed where no request could report it.
-    QCOMPARE(WorkerClient::describeEnd(WorkerClient::kExitOutOfMemory, QProcess::NormalExit, false, "generating (token 2)",
+    QCOMPARE(WorkerClient::describeEnd(75, QProcess::NormalExit, false, "generating (token 2)",
                                        "stowage-cli worker: out of memory (an allocation failed outside any request: "
                                        "std::bad_alloc); the worker stopped\n"),
              QString("the worker ran out of memory (status 75: an allocation failed; a memory limit such as ulimit -v or "
@@ -627,10 +634,11 @@ void TestFaults::closingWindowDuringRunEndsWorker()
     QSignalSpy ended(c, &RunController::workerEnded);
     LoadRequest r;
     r.path = m_tiny;
-    r.deviceMap = QJsonObject{{"transformer.wte", 0}, {"transformer.wpe", 0}, {"transformer.h", "cpu"},
-                              {"transformer.ln_f", 0}, {"lm_head", 0}};
+    r.deviceMap = DeviceMap{{"transformer.wte", Device::gpu(0)}, {"transformer.wpe", Device::gpu(0)},
+                            {"transformer.h", Device::cpu()}, {"transformer.ln_f", Device::gpu(0)},
+                            {"lm_head", Device::gpu(0)}};
     r.simulateGpus = true;
-    r.hardware = m_slowProfile;
+    r.hardware = hardwareFromSpec(m_slowProfile.toStdString());
     r.throttle = true;
     c->dispatch(r);
     QVERIFY(loaded.wait(60000));
@@ -672,9 +680,9 @@ void TestFaults::destroyingWindowDuringRunEndsWorker()
     LoadRequest r;
     r.path = m_mid;
     r.dtype = "float32";
-    r.deviceMap = QJsonObject{{"transformer", 0}, {"lm_head", 0}};
+    r.deviceMap = DeviceMap{{"transformer", Device::gpu(0)}, {"lm_head", Device::gpu(0)}};
     r.simulateGpus = true;
-    r.hardware = m_mediumProfile;
+    r.hardware = hardwareFromSpec(m_mediumProfile.toStdString());
     r.throttle = true;
     c->dispatch(r); // copies to the simulated GPU crawl: ~6 s
     QTRY_VERIFY_WITH_TIMEOUT(c->state() == RunController::State::Loading, 30000);

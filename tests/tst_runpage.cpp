@@ -21,6 +21,8 @@
 #include "tracemodel.h"
 
 #include <QAbstractItemModelTester>
+#include <QComboBox>
+#include <QJsonArray>
 #include <QElapsedTimer>
 #include <QProcess>
 #include <QPushButton>
@@ -118,6 +120,7 @@ private slots:
     void teachingModeStepsOneToken();
     void stallFigureDuringDispatchAndGeneration();
     void screenshotAfterRunTokens();
+    void runAndPredictionDescribeOneMachine();
 };
 
 void TestRunPage::initTestCase()
@@ -187,7 +190,7 @@ bool TestRunPage::openThrottledDemo(MainWindow& w)
     if (!w.planningPage()->importMap(map, "test map"))
         return false;
     RunPage* run = w.runPage();
-    run->setHardwareOverride(m_slowProfile);
+    run->setHardwareOverride(hardwareFromSpec(m_slowProfile.toStdString()));
     run->setThrottle(true);
     run->setPolicy("accelerate-like");
     return true;
@@ -480,6 +483,39 @@ void TestRunPage::screenshotAfterRunTokens()
     p.start(QStringLiteral(STOWAGE_GUI), {"--screenshot", png, m_demo, "--run-tokens", "zero"});
     QVERIFY(p.waitForFinished(60000));
     QCOMPARE(p.exitCode(), 2);
+}
+
+void TestRunPage::runAndPredictionDescribeOneMachine()
+{
+    // Simulated GPUs: one of a custom size (the prediction assumes the GPU
+    // chosen under "Custom GPUs as") and one from a preset. The run gets the
+    // machine the prediction describes, inside the load command.
+    MainWindow w(options());
+    QVERIFY(open(w, m_demo));
+    BudgetModel* b = w.budgetModel();
+    b->addSimulatedGpu("custom GPU", QString(), 2000000000);
+    b->addSimulatedGpu("NVIDIA H100 80GB", "h100-80gb", 80000000000);
+    QComboBox* assumed = w.planningPage()->assumedGpuBox();
+    assumed->setCurrentIndex(assumed->findData(QStringLiteral("a100-80gb")));
+    const QString predicted = w.planningPage()->predictionHardwareText();
+    QVERIFY2(predicted.contains("NVIDIA A100 80GB") && predicted.contains("NVIDIA H100 80GB"), qPrintable(predicted));
+    RunPage* run = w.runPage();
+    const LoadRequest r = run->loadRequest();
+    QVERIFY(r.simulateGpus);
+    QVERIFY(r.hardware.has_value());
+    QCOMPARE(r.hardware->gpus.size(), size_t(2));
+    QCOMPARE(QString::fromStdString(r.hardware->gpus[0].name), QString("NVIDIA A100 80GB"));
+    QCOMPARE(r.hardware->gpus[0].memoryBytes, uint64_t(2000000000));
+    QCOMPARE(r.hardware->gpus[0].memoryBandwidth, 2039e9); // the A100 80GB datasheet figure
+    QCOMPARE(QString::fromStdString(r.hardware->gpus[1].name), QString("NVIDIA H100 80GB"));
+    QCOMPARE(r.hardware->gpus[1].memoryBandwidth, 3350e9);
+    // The profile travels in the command itself, not through a file.
+    const QJsonObject cmd = encodeLoad(r);
+    QVERIFY(cmd.value("hardware").isObject());
+    QCOMPARE(cmd.value("hardware").toObject().value("gpus").toArray().at(0).toObject().value("name").toString(),
+             QString("NVIDIA A100 80GB"));
+    // And the worker runs with it.
+    QVERIFY2(dispatchAndWait(run), qPrintable(run->messageText()));
 }
 
 QTEST_MAIN(TestRunPage)

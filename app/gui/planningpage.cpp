@@ -360,6 +360,9 @@ bool PlanningPage::importMap(const QString& json, const QString& source)
 
 HardwareProfile PlanningPage::predictionProfile(QStringList* assumptions) const
 {
+    QStringList unused;
+    if (!assumptions)
+        assumptions = &unused;
     // The host: this machine as measured, else a typical one (labelled so).
     HardwareProfile p = m_thisMachine ? *m_thisMachine : hardwarePreset("rtx4090");
     if (!m_thisMachine)
@@ -429,6 +432,20 @@ QString PlanningPage::totalsText() const { return m_totals->text(); }
 QString PlanningPage::predictionHardwareText() const { return m_hardware->text(); }
 
 void PlanningPage::selectModule(int module) { m_placement->setSelectedModule(module); }
+
+PlanState PlanningPage::planState() const
+{
+    PlanState st;
+    st.tree = m_tree;
+    st.plan = m_plan;
+    st.imported = showingImportedMap();
+    st.modelPath = m_modelPath;
+    st.dtype = m_tree && m_tree->dtype() ? *m_tree->dtype() : m_autoDType;
+    for (int r = 0; r < m_budgets->rowCount(); ++r)
+        st.devices.push_back(m_budgets->at(r));
+    st.profile = predictionProfile(&st.assumptions);
+    return st;
+}
 
 SnippetInput PlanningPage::snippetInput() const
 {

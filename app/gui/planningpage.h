@@ -10,6 +10,10 @@
 #include "stowage/moduletree.h"
 #include "stowage/planner.h"
 
+#include "budgetmodel.h"
+
+#include <QStringList>
+#include <QVector>
 #include <QWidget>
 
 #include <memory>
@@ -30,6 +34,21 @@ class PlacementMap;
 class PlanControls;
 class PredictionModel;
 struct SnippetInput;
+
+// What the Run page runs, handed over by the planning page as one value: the
+// map on screen with the tree it was made on, the budgets, and the machine
+// the prediction assumes. The run's simulated GPUs are that machine's, so the
+// run and the prediction cannot describe different machines.
+struct PlanState {
+    std::shared_ptr<const ModuleTree> tree;
+    std::shared_ptr<const Plan> plan; // null: nothing to run
+    bool imported = false;            // a user's map rather than a planned one
+    QString modelPath;
+    DType dtype = DType::BF16;
+    QVector<BudgetDevice> devices; // the budget rows, in device order
+    HardwareProfile profile;       // what predictionProfile describes
+    QStringList assumptions;       // where each of its figures comes from
+};
 
 class PlanningPage : public QWidget {
     Q_OBJECT
@@ -64,6 +83,11 @@ public:
     QString planError() const;
     SnippetInput snippetInput() const;
     PlanOptions options() const;
+    PlanState planState() const;
+    // The machine predictions assume: this machine's host figures (or a
+    // typical host's), its real GPUs, and each simulated GPU's preset (or the
+    // assumed GPU for one without); `assumptions` says which is which.
+    HardwareProfile predictionProfile(QStringList* assumptions = nullptr) const;
 
 public slots:
     void replan();
@@ -79,7 +103,6 @@ private:
     void resize();
     void applyPlan(Plan plan);
     void predict();
-    HardwareProfile predictionProfile(QStringList* assumptions) const;
     void setError(const QString& text);
     QWidget* buildPrediction();
 

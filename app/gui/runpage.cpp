@@ -8,25 +8,20 @@
 #include "runcontroller.h"
 #include "samplesmodel.h"
 #include "snippets.h"
-#include "stowage/fileio.h"
-#include "stowage/hardware.h"
 #include "stowage/moduledevices.h"
 #include "stowage/placementlayout.h"
 #include "timelinepanel.h"
 #include "tracemodel.h"
-#include "workerclient.h"
 
 #include <QButtonGroup>
 #include <QCheckBox>
 #include <QComboBox>
-#include <QCoreApplication>
 #include <QDir>
 #include <QDoubleSpinBox>
 #include <QFileDialog>
 #include <QFormLayout>
 #include <QGroupBox>
 #include <QHBoxLayout>
-#include <QJsonDocument>
 #include <QLabel>
 #include <QLineEdit>
 #include <QPlainTextEdit>
@@ -153,18 +148,14 @@ RunPage::RunPage(PlanningPage* planning, const QString& program, QWidget* parent
         text[0] = text[0].toUpper();
         showMessage(byUser ? tr("%1. The plan is kept; Dispatch starts a new worker.").arg(text)
                            : tr("%1. The plan is kept; Dispatch starts a new worker (last stderr: %2)")
-                                 .arg(text, m_controller->client()->stderrLog().trimmed().right(200)),
+                                 .arg(text, m_controller->stderrLog().trimmed().right(200)),
                     !byUser);
         emit dispatched(false);
     });
     updateButtons();
 }
 
-RunPage::~RunPage()
-{
-    if (!m_hardwareFile.isEmpty())
-        QFile::remove(m_hardwareFile);
-}
+RunPage::~RunPage() = default;
 
 QWidget* RunPage::buildControls()
 {
@@ -362,77 +353,43 @@ void RunPage::showMessage(const QString& text, bool error)
     m_messageBar->setVisible(!text.isEmpty());
 }
 
-QString RunPage::writeHardwareProfile(bool* simulated) const
-{
-    // One profile for every GPU of the plan, from the presets of the simulated ones.
-    const BudgetModel* m = m_planning->budgetModel();
-    HardwareProfile hw = hardwarePreset("h100-80gb"); // typical host figures
-    hw.name = "GPUs of this plan";
-    hw.gpus.clear();
-    *simulated = false;
-    for (int r = 0; r < m->rowCount(); ++r) {
-        const BudgetDevice& d = m->at(r);
-        if (d.device.kind != Device::Gpu)
-            continue;
-        GpuProfile g = hardwarePreset("h100-80gb").gpus.at(0);
-        if (!d.preset.isEmpty()) {
-            try {
-                g = hardwarePreset(d.preset.toStdString()).gpus.at(0);
-            } catch (const std::exception&) {
-            }
-        }
-        g.name = d.hardware.toStdString();
-        if (d.capacity)
-            g.memoryBytes = d.capacity;
-        *simulated = *simulated || d.simulated;
-        hw.gpus.push_back(g);
-    }
-    if (!*simulated)
-        return {};
-    const QString path = QDir(QStandardPaths::writableLocation(QStandardPaths::TempLocation))
-                             .filePath(QStringLiteral("stowage-run-hardware-%1.json").arg(QCoreApplication::applicationPid()));
-    try {
-        writeFileAtomically(path.toStdString(), profileToJson(hw) + "\n");
-    } catch (const std::exception&) {
-        return {};
-    }
-    return path;
-}
-
 LoadRequest RunPage::loadRequest(QString* error) const
 {
-    LoadRequest r;
-    const auto plan = m_planning->plan();
-    if (!plan) {
-        if (error)
-            *error = tr("There is no plan to run: open a checkpoint and plan it first.");
-        return r;
-    }
-    const SnippetInput in = m_planning->snippetInput();
-    r.path = in.modelPath;
-    r.dtype = QString::fromLatin1(dtypeTorchName(in.dtype));
-    r.deviceMap = QJsonDocument::fromJson(QByteArray::fromStdString(deviceMapToJson(plan->deviceMap))).object();
-    const BudgetModel* m = m_planning->budgetModel();
-    bool usesGpu = false;
-    for (const auto& [key, dev] : plan->deviceMap)
-        usesGpu = usesGpu || dev.kind == Device::Gpu;
-    for (int row = 0; row < m->rowCount(); ++row)
-        if (m->at(row).device.kind == Device::Gpu)
-            r.maxMemory.insert(QString::number(m->at(row).device.index), double(m->at(row).budget));
-    r.simulateGpus = usesGpu && m->simulatedGpuCount() > 0;
+    LoadRequest r = loadRequestFor(m_planning->planState(), error);
     r.policy = m_policy->currentData().toString();
     r.offloadFolder = m_offload->text().trimmed();
     if (r.offloadFolder.isEmpty())
         r.offloadFolder = QDir(QStandardPaths::writableLocation(QStandardPaths::CacheLocation)).filePath("offload");
     r.throttle = m_throttle->isChecked() && r.simulateGpus;
-    if (r.simulateGpus) {
-        if (!m_hardwareOverride.isEmpty()) {
-            r.hardware = m_hardwareOverride;
-        } else {
-            bool simulated = false;
-            r.hardware = writeHardwareProfile(&simulated);
-        }
+    if (r.simulateGpus && m_hardwareOverride)
+        r.hardware = m_hardwareOverride;
+    return r;
+}
+
+LoadRequest RunPage::loadRequestFor(const PlanState& st, QString* error)
+{
+    LoadRequest r;
+    if (!st.plan) {
+        if (error)
+            *error = tr("There is no plan to run: open a checkpoint and plan it first.");
+        return r;
     }
+    r.path = st.modelPath;
+    r.dtype = QString::fromLatin1(dtypeTorchName(st.dtype));
+    r.deviceMap = st.plan->deviceMap;
+    bool usesGpu = false, simulated = false;
+    for (const auto& [key, dev] : st.plan->deviceMap)
+        usesGpu = usesGpu || dev.kind == Device::Gpu;
+    for (const BudgetDevice& d : st.devices) {
+        if (d.device.kind != Device::Gpu)
+            continue;
+        r.maxMemory.push_back({d.device, double(d.budget)});
+        simulated = simulated || d.simulated;
+    }
+    r.simulateGpus = usesGpu && simulated;
+    // The simulated GPUs are the ones the prediction describes.
+    if (r.simulateGpus)
+        r.hardware = st.profile;
     return r;
 }
 
@@ -463,18 +420,17 @@ void RunPage::dispatch()
 {
     QString error;
     const LoadRequest r = loadRequest(&error);
-    if (r.deviceMap.isEmpty()) {
+    if (r.deviceMap.empty()) {
         showMessage(error);
         return;
     }
+    m_running = m_planning->planState();
     m_messageBar->hide();
     m_samples->clear();
     m_trace->setUnits({});
     m_charts->clearDispatchBytes();
     QVector<std::pair<QString, quint64>> budgets;
-    const BudgetModel* m = m_planning->budgetModel();
-    for (int row = 0; row < m->rowCount(); ++row) {
-        const BudgetDevice& d = m->at(row);
+    for (const BudgetDevice& d : m_running.devices) {
         const QString name = QString::fromStdString(d.device.name());
         budgets.push_back({name, d.budget});
         if (d.simulated)
@@ -482,16 +438,16 @@ void RunPage::dispatch()
     }
     m_samples->setBudgets(budgets);
     // The map that runs, on the page's own placement strip.
-    const auto plan = m_planning->plan();
-    const auto tree = m_planning->tree();
-    if (plan && tree)
+    const auto& plan = m_running.plan;
+    const auto& tree = m_running.tree;
+    if (tree)
         m_map->setPlacement(tree, plan, layoutPlacement(*tree, moduleDevices(*tree, plan->deviceMap)));
     QStringList devices;
     for (const auto& [key, dev] : plan->deviceMap)
         if (!devices.contains(deviceLabel(dev)))
             devices << deviceLabel(dev);
     m_mapSummary->setText(tr("Runs the %1 map on screen: %2 entries on %3%4.")
-                              .arg(m_planning->showingImportedMap() ? tr("imported") : tr("planned"))
+                              .arg(m_running.imported ? tr("imported") : tr("planned"))
                               .arg(plan->deviceMap.size())
                               .arg(devices.join(QStringLiteral(", ")),
                                    r.simulateGpus ? (r.throttle ? tr(" (simulated GPUs, PCIe throttled)") : tr(" (simulated GPUs)"))
@@ -599,7 +555,7 @@ void RunPage::onTrace(const QVector<TraceSpan>& spans)
 
 void RunPage::showCaption(const TraceSpan& s)
 {
-    const auto tree = m_planning->tree();
+    const auto& tree = m_running.tree; // the tree of the map that runs
     const int module = tree ? tree->find(s.unit.toStdString()) : -1;
     m_map->setSelectedModule(module);
     // While a unit fetches and computes, an arrow shows where its weights

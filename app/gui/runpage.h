@@ -5,12 +5,15 @@
 // token; and teaching mode, one token in slow motion with the running unit
 // outlined on the placement map and a caption per stage. The page only
 // shows what the RunController reports; it never waits for the worker.
+#include "planningpage.h"
 #include "rundata.h"
+#include "workercodec.h"
 
 #include <QHash>
 #include <QWidget>
 
 #include <memory>
+#include <optional>
 
 class QCheckBox;
 class QComboBox;
@@ -34,8 +37,6 @@ class RunController;
 class SamplesModel;
 class TimelinePanel;
 class TraceModel;
-struct LoadRequest;
-struct GenerateRequest;
 
 class RunPage : public QWidget {
     Q_OBJECT
@@ -53,12 +54,13 @@ public:
     PlacementMap* teachingMap() const { return m_map; }
     QTabWidget* tabs() const { return m_tabs; }
 
-    // What Dispatch would send for the map on screen; empty path and an
-    // error when there is no plan.
+    // What Dispatch would send for the plan the planning page hands over
+    // (PlanState); an empty map and an error when there is no plan.
     LoadRequest loadRequest(QString* error = nullptr) const;
+    static LoadRequest loadRequestFor(const PlanState& state, QString* error = nullptr);
     GenerateRequest generateRequest() const;
-    // A hardware profile (.json) for the simulated GPUs instead of their presets (tests).
-    void setHardwareOverride(const QString& profilePath) { m_hardwareOverride = profilePath; }
+    // A hardware profile for the simulated GPUs instead of the prediction's (tests).
+    void setHardwareOverride(const HardwareProfile& profile) { m_hardwareOverride = profile; }
     void setPrompt(const QString& text);
     void setMaxNewTokens(int n);
     void setGreedy(bool greedy);
@@ -99,7 +101,6 @@ private:
     void onTrace(const QVector<TraceSpan>& spans);
     void onDone(const DoneInfo& info);
     void showCaption(const TraceSpan& span);
-    QString writeHardwareProfile(bool* simulated) const;
 
     PlanningPage* m_planning;
     RunController* m_controller;
@@ -138,8 +139,8 @@ private:
     QWidget* m_messageBar = nullptr;
     QLabel* m_message = nullptr;
 
-    QString m_hardwareOverride;
-    QString m_hardwareFile;
+    std::optional<HardwareProfile> m_hardwareOverride;
+    PlanState m_running; // the plan of the last Dispatch
     bool m_stepping = false;
     QHash<QString, TraceSpan> m_moved; // teaching mode: per unit, what the current step moved
     int m_movedStep = -1;

@@ -1,5 +1,7 @@
 #include "workerclient.h"
 
+#include "workerwire.h"
+
 #include <QCoreApplication>
 #include <QDir>
 #include <QFileInfo>
@@ -81,26 +83,28 @@ void WorkerClient::send(const QJsonObject& command)
 {
     if (!isRunning())
         return;
-    const QString cmd = command.value("cmd").toString();
-    if (cmd == "load")
+    const QString cmd = command.value(wire::kCmd).toString();
+    if (cmd == wire::cmd::Load)
         m_lastActivity = tr("loading");
-    else if (cmd == "generate")
+    else if (cmd == wire::cmd::Generate)
         m_lastActivity = tr("generating");
-    else if (cmd == "step")
+    else if (cmd == wire::cmd::Step)
         m_lastActivity = tr("stepping one token");
-    else if (cmd == "unload")
+    else if (cmd == wire::cmd::Unload)
         m_lastActivity = tr("unloading");
     QByteArray line = QJsonDocument(command).toJson(QJsonDocument::Compact);
     line.append('\n');
     m_process->write(line);
 }
 
+void WorkerClient::stop() { send(QJsonObject{{wire::kCmd, wire::cmd::Stop}}); }
+
 void WorkerClient::shutdown(int graceMs)
 {
     if (!isRunning())
         return;
     m_userStopped = true;
-    send(QJsonObject{{"cmd", "quit"}});
+    send(QJsonObject{{wire::kCmd, wire::cmd::Quit}});
     m_process->closeWriteChannel();
     QPointer<QProcess> p = m_process;
     QTimer::singleShot(graceMs, this, [p] {
@@ -153,25 +157,20 @@ void WorkerClient::handleLine(const QByteArray& line)
         return;
     QJsonParseError err{};
     const QJsonDocument doc = QJsonDocument::fromJson(line, &err);
-    if (err.error != QJsonParseError::NoError || !doc.isObject() || !doc.object().value("event").isString()) {
+    if (err.error != QJsonParseError::NoError || !doc.isObject() || !doc.object().value(wire::kEvent).isString()) {
         emit protocolError(tr("the worker wrote a line that is not an event: %1").arg(QString::fromUtf8(line.left(200))));
         return;
     }
     const QJsonObject e = doc.object();
-    const QString kind = e.value("event").toString();
-    if (kind == "token")
-        m_lastActivity = tr("generating (token %1)").arg(e.value("index").toInt() + 1);
-    else if (kind == "progress")
-        m_lastActivity = tr("loading (%1%)").arg(qRound(e.value("fraction").toDouble() * 100));
-    else if (kind == "loaded" || kind == "done" || kind == "unloaded" || kind == "cancelled" || kind == "error")
+    const QString kind = e.value(wire::kEvent).toString();
+    if (kind == wire::ev::Token)
+        m_lastActivity = tr("generating (token %1)").arg(e.value(wire::f::Index).toInt() + 1);
+    else if (kind == wire::ev::Progress)
+        m_lastActivity = tr("loading (%1%)").arg(qRound(e.value(wire::f::Fraction).toDouble() * 100));
+    else if (kind == wire::ev::Loaded || kind == wire::ev::Done || kind == wire::ev::Unloaded ||
+             kind == wire::ev::Cancelled || kind == wire::ev::Error)
         m_lastActivity = tr("idle");
     emit eventReceived(e);
-    if (kind == "hello")
-        emit hello(e);
-    else if (kind == "token")
-        emit tokenReceived(e.value("token").toInt(), e.value("text").toString(), e.value("index").toInt());
-    else if (kind == "error")
-        emit errorReceived(e.value("kind").toString(), e.value("message").toString());
 }
 
 void WorkerClient::readStderr()
@@ -185,7 +184,7 @@ QString WorkerClient::describeEnd(int exitCode, QProcess::ExitStatus status, boo
                                   const QString& stderrTail)
 {
     QString what;
-    if (status == QProcess::NormalExit && exitCode == kExitMappedFileShrank) {
+    if (status == QProcess::NormalExit && exitCode == wire::kExitMappedFileShrank) {
         // "stowage-cli worker: <file>: shrank from N to M bytes while in use (SIGBUS …)"
         static const QRegularExpression line(QStringLiteral("stowage-cli worker: (.+): (shrank [^\\n(]*?) while in use"));
         QRegularExpressionMatch m;
@@ -197,7 +196,7 @@ QString WorkerClient::describeEnd(int exitCode, QProcess::ExitStatus status, boo
         what += activity.isEmpty() || userStopped ? tr(" while in use") : tr(" while %1").arg(activity);
         return what + tr("; reopen the checkpoint");
     }
-    if (status == QProcess::NormalExit && exitCode == kExitOutOfMemory) {
+    if (status == QProcess::NormalExit && exitCode == wire::kExitOutOfMemory) {
         what = tr("the worker ran out of memory (status %1: an allocation failed; a memory limit such as ulimit -v "
                   "or a cgroup's, or RAM itself, is too small for this plan)")
                    .arg(exitCode);

@@ -25,7 +25,7 @@ public:
     qint64 processId() const;
     // One command line; a "request" field, when present, comes back on the events it causes.
     void send(const QJsonObject& command);
-    void stop() { send(QJsonObject{{"cmd", "stop"}}); }
+    void stop();
     // Asks the worker to quit, then terminates it after `graceMs`, then kills it.
     void shutdown(int graceMs = 2000);
     // A worker that does not answer a stop: SIGTERM now, SIGKILL after
@@ -35,12 +35,7 @@ public:
 
     QString lastActivity() const { return m_lastActivity; }
     QString stderrLog() const { return m_stderr; }
-    // The worker's exit status after a SIGBUS in a memory-mapped file that
-    // shrank under it; its stderr then names the file in one line.
-    static constexpr int kExitMappedFileShrank = 74;
-    // ...and after an allocation failed where no request could report it.
-    static constexpr int kExitOutOfMemory = 75;
-    // One sentence for an ended worker: "the worker was killed by signal 9
+    // One sentence for an ended worker (the exit statuses of workerwire.h in words): "the worker was killed by signal 9
     // (SIGKILL: killed by hand, or by the kernel when memory ran out) while
     // generating"; `stderrTail` gives the file a mapped-file fault names.
     static QString describeEnd(int exitCode, QProcess::ExitStatus status, bool userStopped, const QString& activity,
@@ -48,9 +43,6 @@ public:
 
 signals:
     void eventReceived(const QJsonObject& event); // every event, in order
-    void hello(const QJsonObject& event);
-    void tokenReceived(int id, const QString& text, int index);
-    void errorReceived(const QString& kind, const QString& message);
     // The worker process is gone; `description` says why, in words.
     void ended(int exitCode, QProcess::ExitStatus status, const QString& description);
     // stdout held something that is not an event line (the worker is killed).

@@ -1,13 +1,14 @@
 #pragma once
-// Owns the worker process for the window (WorkerClient) and turns its JSON
-// events into typed, queued signals carrying plain values (rundata.h); the
-// views never see worker output. Every command is a numbered job (its
+// Owns the worker process for the window (WorkerClient) and turns its
+// events, decoded by workercodec.h, into typed, queued signals carrying plain
+// values (rundata.h); the views never see worker output. Every command is a numbered job (its
 // `request`); events of an older job are dropped. Stop and Cancel are a
 // `stop` message; a worker that has not answered within the grace period is
 // terminated, then killed. A worker that ends — crash, the kernel's OOM
 // killer, SIGKILL by hand, or stopped by us — is reported once, with
 // whether the user asked for it; the next dispatch starts a new one.
 #include "rundata.h"
+#include "workercodec.h"
 
 #include <QElapsedTimer>
 #include <QJsonObject>
@@ -18,33 +19,6 @@
 namespace stowage {
 
 class WorkerClient;
-
-// What `load` gets: the map on screen and how to run it.
-struct LoadRequest {
-    QString path;
-    QString dtype;               // "float32", …; empty = the checkpoint's
-    QJsonObject deviceMap;       // as from_pretrained(device_map=…) takes it
-    QJsonObject maxMemory;       // GPU budgets, enforced on simulated GPUs
-    bool simulateGpus = false;
-    QString hardware;            // preset or profile .json for the simulated GPUs
-    bool throttle = false;       // copies to simulated GPUs at that profile's PCIe speed
-    QString offloadFolder;
-    QString policy = QStringLiteral("accelerate-like");
-    QJsonObject toCommand() const;
-};
-
-struct GenerateRequest {
-    QString prompt;
-    QVector<int> promptIds;      // used instead of `prompt` when not empty
-    int maxNewTokens = 32;
-    bool greedy = true;
-    double temperature = 1.0;
-    int topK = 50;
-    double topP = 1.0;
-    qint64 seed = 0;
-    bool ignoreEos = false;
-    QJsonObject toCommand(bool step, int unitDelayMs) const;
-};
 
 class RunController : public QObject {
     Q_OBJECT
@@ -58,6 +32,8 @@ public:
     State state() const { return m_state; }
     bool modelLoaded() const { return m_loaded; }
     WorkerClient* client() const { return m_client; }
+    // The tail of the worker's stderr, for messages.
+    QString stderrLog() const;
     qint64 workerPid() const;
     QString runtimeDescription() const { return m_runtime; }
     // Seconds to wait for an answer to stop before terminating the worker.
@@ -94,6 +70,17 @@ private:
     void send(QJsonObject command, State next);
     void setState(State s);
     void handleEvent(const QJsonObject& e);
+    void handle(const worker::Hello& e);
+    void handle(const worker::Progress& e);
+    void handle(const worker::Warning& e);
+    void handle(const LoadedInfo& e);
+    void handle(TokenMark e);
+    void handle(const RunSample& e);
+    void handle(const worker::Trace& e);
+    void handle(const DoneInfo& e);
+    void handle(const worker::Cancelled& e);
+    void handle(const worker::Unloaded& e);
+    void handle(const worker::Error& e);
     void handleEnded(int exitCode, QProcess::ExitStatus status, const QString& description);
 
     QString m_program;

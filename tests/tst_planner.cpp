@@ -103,6 +103,7 @@ private slots:
     void rootBuffersAreQueuedLast();
     void partialBudgetsAreTakenAsGiven();
     void tiedChecksInAccelerateOrder();
+    void accelerateSizesAModelBuiltInFloat32();
     void bytesOfAGivenMap();
 };
 
@@ -608,6 +609,41 @@ void TestPlanner::partialBudgetsAreTakenAsGiven()
         QCOMPARE(QString::fromStdString(mapText(p.deviceMap)),
                  QString("model.embed_tokens:0, model.norm:disk, model.rotary_emb:disk, lm_head:disk, model.layers:disk"));
     }
+}
+
+void TestPlanner::accelerateSizesAModelBuiltInFloat32()
+{
+    // Accelerate is handed a model built from config.json (init_empty_weights +
+    // from_config): float32 parameters whatever the checkpoint stores, each
+    // counted at numel x min(dtype, 4). Planned in float32, a bf16 checkpoint
+    // weighs 4 bytes a parameter (the Qwen2-0.5B: Accelerate 1.13 puts
+    // layers from 6 on the CPU with 0=1GB; sized as stored, all fitted GPU 0).
+    // Tied tiny Llama stored in bf16: embed 1000 x 64 x 4 = 256,000 (lm_head
+    // tied: 0), a layer 41,088 x 4 = 164,352, norm 256, rotary_emb 16 x 4 = 64:
+    // 913,728. Sized as stored it would be 456,864.
+    const std::string d = path("tiny-tied-bf16");
+    fs::create_directories(d);
+    fixtures::LlamaShape s{1000, 64, 128, 4, 4, 4, true};
+    // Shards written (sparse): their headers say bf16, as the Hub's files do.
+    fixtures::writeSharded(d, fixtures::llamaTensors(s, DType::BF16), 1, /*sparse=*/true, /*writeShards=*/true);
+    fixtures::writeJson(d + "/config.json", fixtures::llamaConfig(s, DType::BF16));
+    QVERIFY(!Checkpoint::open(d).indexOnly());
+    ModuleTree t = buildModuleTree(Checkpoint::open(d), DType::F32, Reference::Accelerate);
+    QCOMPARE(t.root().bytes, uint64_t(913'728));
+    // GPU 0 = 600,000. model (913,728) > 600,000 - 256,000: split. embed (+ tied
+    // lm_head) 256,000 + 164,352 kept free <= 600,000; layers.0 420,352 + 164,352
+    // = 584,704 <= 600,000; layers.1 would make 749,056: the rest goes to cpu.
+    // Sized as stored: 456,864 <= 600,000 - 128,000, so '':0.
+    QCOMPARE(QString::fromStdString(mapText(plan(t, budgets({{"0", 600'000}, {"cpu", 1e9}}), Strategy::Sequential,
+                                                 std::nullopt, Reference::Accelerate)
+                                                .deviceMap)),
+             QString("model.embed_tokens:0, lm_head:0, model.layers.0:0, model.layers.1:cpu, model.layers.2:cpu, "
+                     "model.layers.3:cpu, model.norm:cpu, model.rotary_emb:cpu"));
+    // In bf16 both references size it at 2 bytes: 456,864 + 32 more rotary
+    // bytes for transformers (its float32 buffers keep 4 bytes).
+    QCOMPARE(buildModuleTree(Checkpoint::open(d), DType::BF16, Reference::Accelerate).root().bytes, uint64_t(456'864));
+    QCOMPARE(buildModuleTree(Checkpoint::open(d), DType::BF16, Reference::Transformers).root().bytes,
+             uint64_t(456'896));
 }
 
 void TestPlanner::tiedChecksInAccelerateOrder()

@@ -119,8 +119,15 @@ uint64_t ModuleTree::paramBytes(const Param& p) const
 {
     if (p.duplicate)
         return 0;
-    if (m_reference == Reference::Accelerate) // model built as stored; numel x min(dtype, own)
-        return bytesUnderDType(p.stored, p.numel(), m_dtype);
+    if (m_reference == Reference::Accelerate) {
+        // Accelerate is handed a model built from config.json on the meta
+        // device (init_empty_weights + from_config), whose floating parameters
+        // are torch's default float32 whatever the checkpoint stores; with
+        // dtype each counts numel x min(dtype, 4). A bf16 checkpoint planned
+        // in float32 is sized at 4 bytes, as Accelerate 1.13 sizes it.
+        const DType own = dtypeIsFloating(p.stored) ? DType::F32 : p.stored;
+        return bytesUnderDType(own, p.numel(), m_dtype);
+    }
     // transformers builds the meta model under the target dtype, so every
     // floating parameter has the target's element size; no cap.
     DType own = (m_dtype && dtypeIsFloating(p.stored)) ? *m_dtype : p.stored;

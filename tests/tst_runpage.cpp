@@ -121,6 +121,10 @@ private slots:
     void stallFigureDuringDispatchAndGeneration();
     void screenshotAfterRunTokens();
     void runAndPredictionDescribeOneMachine();
+    void policyChosenAfterDispatchIsWhatRuns();
+    void openingAnotherModelResetsTheRunPage();
+    void generateWithNothingLoadedDoesNothing();
+    void stopMidStepSaysSo();
 };
 
 void TestRunPage::initTestCase()
@@ -520,3 +524,167 @@ void TestRunPage::runAndPredictionDescribeOneMachine()
 
 QTEST_MAIN(TestRunPage)
 #include "tst_runpage.moc"
+
+void TestRunPage::policyChosenAfterDispatchIsWhatRuns()
+{
+    // The demo on its own budgets: layers on a simulated GPU 0, in RAM and on disk.
+    MainWindow::Options o = options();
+    o.demoBudgets = true;
+    MainWindow w(o);
+    QVERIFY(open(w, m_demo));
+    RunPage* run = w.runPage();
+    run->setOffloadFolder(m_tmp.path() + "/off-policy");
+    run->setPolicy("accelerate-like");
+    QSignalSpy loaded(run->controller(), &RunController::loaded);
+    QVERIFY2(dispatchAndWait(run), qPrintable(run->messageText()));
+    // Accelerate's hooks compute every unit on the execution device, GPU 0.
+    for (const RunUnit& u : loaded.last()[0].value<LoadedInfo>().units)
+        QCOMPARE(u.device, QString("0"));
+    QCOMPARE(run->loadedPolicy(), QString("accelerate-like"));
+    QVERIFY(run->canGenerate());
+    QVERIFY(run->noteText().isEmpty());
+
+    // Another policy chosen: Generate would run the loaded one, so it waits for Dispatch.
+    QVERIFY(run->setPolicy("compute-where-it-lives"));
+    QVERIFY(!run->canGenerate());
+    QVERIFY(!w.findChild<QPushButton*>("generateButton")->isEnabled());
+    QVERIFY(!w.findChild<QPushButton*>("stepButton")->isEnabled());
+    QVERIFY(!w.action("generate")->isEnabled());
+    QVERIFY2(run->noteText().contains("Accelerate") && run->noteText().contains("Dispatch again"), qPrintable(run->noteText()));
+    QSignalSpy done(run, &RunPage::generationDone);
+    w.action("generate")->trigger();
+    run->generate(); // as Ctrl+Return would, whatever the action says
+    QTest::qWait(300);
+    QCOMPARE(done.count(), 0);
+    QCOMPARE(run->controller()->state(), RunController::State::Loaded);
+    // Back to the loaded policy: Generate again.
+    run->setPolicy("accelerate-like");
+    QVERIFY(run->canGenerate());
+    QVERIFY(run->noteText().isEmpty());
+
+    // Dispatched with the new policy, units in RAM compute on the CPU, as the worker reports.
+    run->setPolicy("compute-where-it-lives");
+    QVERIFY(dispatchAndWait(run));
+    QCOMPARE(run->loadedPolicy(), QString("compute-where-it-lives"));
+    const LoadedInfo info = loaded.last()[0].value<LoadedInfo>();
+    QVERIFY(std::any_of(info.units.begin(), info.units.end(), [](const RunUnit& u) { return u.device == "cpu"; }));
+    QVERIFY(run->canGenerate() && w.action("generate")->isEnabled());
+    run->setMaxNewTokens(2);
+    QVERIFY(generateAndWait(run));
+    // The timeline shows where each unit computed in that run.
+    TraceModel* t = run->traceModel();
+    QCOMPARE(t->rowCount(), int(info.units.size()));
+    for (int r = 0; r < t->rowCount(); ++r)
+        QCOMPARE(t->index(r, TraceModel::DeviceColumn).data(TraceModel::DeviceNameRole).toString(), info.units[r].device);
+
+    // A plan changed after Dispatch is named; Generate still runs the map on the strip.
+    BudgetModel* b = w.budgetModel();
+    b->setBudget(b->rowOf(Device::cpu()), b->at(b->rowOf(Device::cpu())).budget / 2);
+    QVERIFY2(run->noteText().contains("plan changed"), qPrintable(run->noteText()));
+    QVERIFY(run->canGenerate());
+}
+
+void TestRunPage::openingAnotherModelResetsTheRunPage()
+{
+    MainWindow::Options o = options();
+    o.demoBudgets = true;
+    MainWindow w(o);
+    QVERIFY(open(w, m_demo));
+    RunPage* run = w.runPage();
+    run->setOffloadFolder(m_tmp.path() + "/off-reset");
+    // Before any Dispatch the strip previews the plan on screen.
+    QVERIFY(!run->teachingMap()->layout().blocks.empty());
+    QVERIFY(dispatchAndWait(run));
+    run->setMaxNewTokens(3);
+    run->setUnitDelayMs(5);
+    QSignalSpy stepped(run, &RunPage::generationDone);
+    run->stepOneToken();
+    QVERIFY(stepped.wait(60000));
+    QVERIFY(!run->outputText().isEmpty());
+    QVERIFY(run->captionText().contains("Step"));
+
+    // Another model: nothing of the demo's run stays, and the worker lets it go.
+    QSignalSpy unloaded(run->controller(), &RunController::unloaded);
+    QVERIFY(open(w, m_big));
+    QVERIFY(unloaded.count() == 1 || unloaded.wait(30000));
+    QVERIFY(!run->controller()->modelLoaded());
+    QVERIFY(run->outputText().isEmpty());
+    QVERIFY(run->streamedTokens().isEmpty());
+    QVERIFY2(!run->captionText().contains("Step"), qPrintable(run->captionText()));
+    QCOMPARE(run->teachingMap()->movement().module, -1);
+    QCOMPARE(run->teachingMap()->selectedModule(), -1);
+    QVERIFY2(run->statusText().startsWith("Nothing loaded"), qPrintable(run->statusText()));
+    QVERIFY(run->tokensPerSecondText().isEmpty());
+    QVERIFY(!run->canGenerate() && !w.findChild<QPushButton*>("generateButton")->isEnabled());
+    QVERIFY(run->canDispatch());
+    // The strip previews the new model's plan: its blocks are the big model's modules.
+    const auto& blocks = run->teachingMap()->layout().blocks;
+    QVERIFY(!blocks.empty());
+    QCOMPARE(w.planningPage()->planState().modelPath, QFileInfo(m_big).absoluteFilePath());
+
+    // Config and index only: planned before download, and it cannot run.
+    const QString indexOnly = m_tmp.path() + "/index-only";
+    QDir().mkpath(indexOnly);
+    QVERIFY(QFile::copy(m_demo + "/config.json", indexOnly + "/config.json"));
+    QVERIFY(QFile::copy(m_demo + "/model.safetensors.index.json", indexOnly + "/model.safetensors.index.json"));
+    QVERIFY(open(w, indexOnly));
+    QVERIFY(!run->canDispatch());
+    QVERIFY(!w.findChild<QPushButton*>("dispatchButton")->isEnabled());
+    QVERIFY(!w.action("dispatch")->isEnabled());
+    QVERIFY2(run->noteText().contains("download the shards"), qPrintable(run->noteText()));
+}
+
+void TestRunPage::generateWithNothingLoadedDoesNothing()
+{
+    MainWindow w(options());
+    QVERIFY(open(w, m_demo));
+    RunPage* run = w.runPage();
+    for (const char* a : {"generate", "stepToken", "stopRun", "unload"})
+        QVERIFY2(!w.action(a)->isEnabled(), a);
+    QVERIFY(w.action("dispatch")->isEnabled());
+    QSignalSpy done(run, &RunPage::generationDone);
+    run->generate();
+    run->stepOneToken();
+    QTest::keyClick(&w, Qt::Key_Return, Qt::ControlModifier);
+    QTest::qWait(200);
+    QCOMPARE(done.count(), 0);
+    QCOMPARE(run->controller()->state(), RunController::State::NoWorker);
+    QVERIFY2(!run->tokensPerSecondText().contains("Prefilling"), qPrintable(run->tokensPerSecondText()));
+    QVERIFY2(run->messageText().contains("Nothing is loaded"), qPrintable(run->messageText()));
+}
+
+void TestRunPage::stopMidStepSaysSo()
+{
+    MainWindow w(options());
+    QVERIFY(openThrottledDemo(w));
+    RunPage* run = w.runPage();
+    run->setThrottle(false);
+    QVERIFY(dispatchAndWait(run));
+    run->setUnitDelayMs(400); // each unit pauses 0.4 s before it computes
+    QSignalSpy done(run, &RunPage::generationDone);
+    run->stepOneToken();
+    QTest::qWait(600);
+    QCOMPARE(done.count(), 0);
+    QVERIFY(run->canStop() && w.action("stopRun")->isEnabled());
+    run->stop();
+    QVERIFY(done.wait(20000));
+    QVERIFY(run->lastDone().stopped);
+    QVERIFY2(run->captionText().contains("Stopped") && !run->captionText().contains("token done"),
+             qPrintable(run->captionText()));
+    QVERIFY2(!run->tokensPerSecondText().contains("tokens/s"), qPrintable(run->tokensPerSecondText()));
+    // A whole step afterwards: one token, and the timeline's header sums its rows' waits.
+    run->setUnitDelayMs(30);
+    QVERIFY(run->canGenerate());
+    run->stepOneToken();
+    QVERIFY(done.wait(60000));
+    QVERIFY(!run->lastDone().stopped);
+    QVERIFY(run->captionText().contains("token done"));
+    TraceModel* t = run->traceModel();
+    double rowsWait = 0;
+    for (int r = 0; r < t->rowCount(); ++r)
+        rowsWait += t->row(r).waitSeconds;
+    QVERIFY(rowsWait >= 0.03 * t->rowCount() * 0.9); // every unit paused 30 ms before computing
+    const QString header = t->headerData(TraceModel::TimelineColumn, Qt::Horizontal).toString();
+    QVERIFY2(!header.contains("waited 0.00"), qPrintable(header));
+    QVERIFY2(run->tokensPerSecondText().contains("Stepped 1 token"), qPrintable(run->tokensPerSecondText()));
+}

@@ -59,6 +59,7 @@ struct MainWindow::Opened {
     DType dtype = DType::BF16;
     QString summary;
     QString error;
+    QString cannotRun; // why this checkpoint cannot run here, or empty
 };
 
 MainWindow::MainWindow() : MainWindow(Options{}) {}
@@ -207,6 +208,16 @@ void MainWindow::buildMenus()
     runAction("stepToken", tr("Step One &Token"), QKeySequence(tr("F10")), &RunPage::stepOneToken);
     runAction("stopRun", tr("&Stop"), QKeySequence(tr("Shift+F5")), &RunPage::stop);
     runAction("unload", tr("&Unload"), {}, &RunPage::unload);
+    // The Run menu offers what the page can do now, as its buttons do.
+    auto syncRunActions = [this] {
+        action("dispatch")->setEnabled(m_run->canDispatch());
+        action("generate")->setEnabled(m_run->canGenerate());
+        action("stepToken")->setEnabled(m_run->canGenerate());
+        action("stopRun")->setEnabled(m_run->canStop());
+        action("unload")->setEnabled(m_run->canUnload());
+    };
+    connect(m_run, &RunPage::actionsChanged, this, syncRunActions);
+    syncRunActions();
 
     QMenu* view = menuBar()->addMenu(tr("&View"));
     auto* themes = new QActionGroup(this);
@@ -590,6 +601,13 @@ void MainWindow::openCheckpoint(const QString& path)
                              .arg(ck.indexOnly() ? QObject::tr(" <i>(index only: planned before download)</i>") : QString());
             r->folder = QString::fromStdString(ck.folder());
             r->config = ck.config();
+            if (ck.indexOnly())
+                r->cannotRun = QObject::tr("Only config.json and the index are here: the plan is made before "
+                                           "download; download the shards to run this model.");
+            else if (!tree->knownArchitecture())
+                r->cannotRun = QObject::tr("model_type '%1' has no runner: Stowage plans it from its tensor "
+                                           "names but cannot run it.")
+                                   .arg(QString::fromStdString(tree->modelType()));
             r->tree = std::move(tree);
         } catch (const std::exception& e) {
             r->error = QString::fromStdString(e.what());
@@ -613,6 +631,7 @@ void MainWindow::showOpened(int job, const std::shared_ptr<Opened>& r)
     m_model->setTree(nullptr); // a different model: reset rather than re-size
     applyDemoBudgets(!r->folder.isEmpty() && QFileInfo(r->folder).canonicalFilePath() == QFileInfo(demoPath()).canonicalFilePath());
     m_page->setModel(r->tree, r->config, r->dtype, r->folder);
+    m_run->modelOpened(r->cannotRun);
     m_view->expandToDepth(1);
     m_view->resizeColumnToContents(ModuleTreeModel::ClassColumn);
     m_summary->setText(r->summary);

@@ -132,14 +132,22 @@ RunPage::RunPage(PlanningPage* planning, const QString& program, QWidget* parent
         emit dispatched(false);
     });
     connect(c, &RunController::unloaded, this, [this] {
-        m_status->setText(tr("Unloaded: the worker gave every byte of the model back."));
+        if (m_controller->state() == RunController::State::Loading)
+            return; // a new Dispatch replaced the model: its load is under way
+        m_status->setText(tr("Nothing loaded: the worker gave every byte of the model back."));
         m_charts->clearDispatchBytes();
+        resetTeaching();
+        if (m_running.plan)
+            m_mapSummary->setText(tr("Nothing loaded: the strip shows the map of the last Dispatch."));
+        updateButtons();
     });
     connect(c, &RunController::failed, this, [this](const QString& m) {
         showMessage(tr("The worker refused: %1").arg(m));
         m_status->setText(m_controller->modelLoaded() ? tr("Loaded.") : tr("Nothing loaded."));
-        if (!m_controller->modelLoaded())
-            emit dispatched(false);
+        if (!m_controller->modelLoaded()) {
+                emit dispatched(false);
+        }
+        updateButtons();
     });
     connect(c, &RunController::workerEnded, this, [this](const QString& description, bool byUser) {
         m_progress->setValue(0);
@@ -152,6 +160,8 @@ RunPage::RunPage(PlanningPage* planning, const QString& program, QWidget* parent
                     !byUser);
         emit dispatched(false);
     });
+    connect(m_planning, &PlanningPage::planChanged, this, &RunPage::onPlanChanged);
+    showPreview();
     updateButtons();
 }
 
@@ -199,6 +209,12 @@ QWidget* RunPage::buildControls()
     m_mapSummary->setWordWrap(true);
     m_mapSummary->setObjectName("runMapSummary");
     df->addRow(m_mapSummary);
+    m_note = new QLabel(dispatchBox);
+    m_note->setObjectName("runNote");
+    m_note->setWordWrap(true);
+    m_note->setStyleSheet(QStringLiteral("QLabel { padding: 4px; border-radius: 3px; background: #fff4d6; color: #5a4300; }"));
+    m_note->hide();
+    df->addRow(m_note);
     auto* buttons = new QHBoxLayout;
     m_dispatch = new QPushButton(tr("Dispatch"), dispatchBox);
     m_dispatch->setObjectName("dispatchButton");
@@ -309,6 +325,7 @@ QWidget* RunPage::buildControls()
     v->addWidget(teachBox);
     v->addStretch();
 
+    connect(m_policy, qOverload<int>(&QComboBox::currentIndexChanged), this, &RunPage::updateButtons);
     connect(m_dispatch, &QPushButton::clicked, this, &RunPage::dispatch);
     connect(m_cancel, &QPushButton::clicked, this, &RunPage::cancel);
     connect(m_unload, &QPushButton::clicked, this, &RunPage::unload);
@@ -331,18 +348,134 @@ QWidget* RunPage::buildOutput()
     return box;
 }
 
-void RunPage::updateButtons()
+bool RunPage::canDispatch() const
 {
     using S = RunController::State;
     const S s = m_controller->state();
     const bool busy = s == S::Loading || s == S::Generating || s == S::Stepping || s == S::Unloading;
-    const bool loaded = m_controller->modelLoaded();
-    m_dispatch->setEnabled(!busy && m_planning->plan() != nullptr);
+    return !busy && m_planning->plan() != nullptr && m_cannotRun.isEmpty();
+}
+
+bool RunPage::canGenerate() const
+{
+    // Generate runs what the worker holds, with the policy it loaded: a policy
+    // chosen since then would not be the one that runs.
+    return m_controller->state() == RunController::State::Loaded && m_controller->modelLoaded() &&
+           m_policy->currentData().toString() == m_controller->policy();
+}
+
+QString RunPage::loadedPolicy() const
+{
+    const auto s = m_controller->state();
+    const bool holds = m_controller->modelLoaded() || s == RunController::State::Loading;
+    return holds ? m_controller->policy() : QString();
+}
+
+bool RunPage::canStop() const
+{
+    const auto s = m_controller->state();
+    return s == RunController::State::Generating || s == RunController::State::Stepping;
+}
+
+bool RunPage::canUnload() const
+{
+    return m_controller->state() == RunController::State::Loaded && m_controller->modelLoaded();
+}
+
+void RunPage::updateButtons()
+{
+    using S = RunController::State;
+    const S s = m_controller->state();
+    m_dispatch->setEnabled(canDispatch());
     m_cancel->setEnabled(s == S::Loading || (s == S::Starting));
-    m_unload->setEnabled(loaded && !busy);
-    m_generate->setEnabled(loaded && !busy);
-    m_step->setEnabled(loaded && !busy);
-    m_stop->setEnabled(s == S::Generating || s == S::Stepping);
+    m_unload->setEnabled(canUnload());
+    m_generate->setEnabled(canGenerate());
+    m_step->setEnabled(canGenerate());
+    m_stop->setEnabled(canStop());
+
+    QStringList notes;
+    if (!m_cannotRun.isEmpty())
+        notes << m_cannotRun;
+    const bool holds = m_controller->modelLoaded() || s == S::Loading || s == S::Starting;
+    const QString loaded = loadedPolicy();
+    if (!loaded.isEmpty() && m_policy->currentData().toString() != loaded) {
+        const int i = m_policy->findData(loaded);
+        notes << tr("The worker loaded this map with %1; Dispatch again (F5) to run with %2.")
+                     .arg(i >= 0 ? m_policy->itemText(i) : loaded, m_policy->currentText());
+    }
+    if (holds && m_running.plan) {
+        const PlanState now = m_planning->planState();
+        const bool same = now.plan && now.modelPath == m_running.modelPath && now.dtype == m_running.dtype &&
+                          now.plan->deviceMap == m_running.plan->deviceMap;
+        if (!same)
+            notes << tr("The plan changed since Dispatch: Generate runs the map shown here, which the worker "
+                        "holds; Dispatch again to run the new one.");
+    }
+    m_note->setText(notes.join(QStringLiteral("\n")));
+    m_note->setVisible(!notes.isEmpty());
+    emit actionsChanged();
+}
+
+QString RunPage::noteText() const { return m_note->isVisible() ? m_note->text() : QString(); }
+
+void RunPage::resetTeaching()
+{
+    m_map->setMovement({});
+    m_map->setSelectedModule(-1);
+    m_moved.clear();
+    m_movedStep = -1;
+    m_caption->setText(tr("Dispatch the map, then generate, or step one token in slow motion to see each stage."));
+    m_caption->setStyleSheet(QString::fromLatin1(kCaptionStyle).arg(QStringLiteral("#eef1f5")));
+}
+
+void RunPage::showPreview()
+{
+    // Nothing dispatched: the strip previews the plan on screen.
+    const PlanState st = m_planning->planState();
+    if (st.tree && st.plan)
+        m_map->setPlacement(st.tree, st.plan, layoutPlacement(*st.tree, moduleDevices(*st.tree, st.plan->deviceMap)));
+    else
+        m_map->clear();
+    m_mapSummary->setText(st.plan ? tr("Not dispatched: the strip shows the plan on screen.") : QString());
+}
+
+void RunPage::onPlanChanged()
+{
+    using S = RunController::State;
+    const S s = m_controller->state();
+    if (!m_controller->modelLoaded() && s != S::Loading && s != S::Starting)
+        showPreview();
+    updateButtons();
+}
+
+void RunPage::modelOpened(const QString& cannotRun)
+{
+    m_cannotRun = cannotRun;
+    using S = RunController::State;
+    // The worker may hold the previous model: it goes, so that Generate can
+    // never run a model that is no longer open.
+    if (m_controller->state() == S::Generating || m_controller->state() == S::Stepping ||
+        m_controller->state() == S::Loading || m_controller->state() == S::Starting)
+        m_controller->stop();
+    if (m_controller->modelLoaded())
+        m_controller->unload();
+    m_running = PlanState();
+    m_messageBar->hide();
+    m_output->clear();
+    m_streamed.clear();
+    m_lastDone = DoneInfo();
+    m_firstTokenAt = -1;
+    m_speed->clear();
+    m_stepping = false;
+    m_newContext = true;
+    m_samples->clear();
+    m_trace->setUnits({});
+    m_charts->clearDispatchBytes();
+    m_progress->setValue(0);
+    m_status->setText(tr("Nothing loaded."));
+    resetTeaching();
+    showPreview();
+    updateButtons();
 }
 
 void RunPage::showMessage(const QString& text, bool error)
@@ -446,27 +579,44 @@ void RunPage::dispatch()
     for (const auto& [key, dev] : plan->deviceMap)
         if (!devices.contains(deviceLabel(dev)))
             devices << deviceLabel(dev);
-    m_mapSummary->setText(tr("Runs the %1 map on screen: %2 entries on %3%4.")
+    const int entries = int(plan->deviceMap.size());
+    m_mapSummary->setText(tr("Runs the %1 map on screen: %2 on %3%4.")
                               .arg(m_running.imported ? tr("imported") : tr("planned"))
-                              .arg(plan->deviceMap.size())
+                              .arg(entries == 1 ? tr("1 entry") : tr("%1 entries").arg(entries))
                               .arg(devices.join(QStringLiteral(", ")),
                                    r.simulateGpus ? (r.throttle ? tr(" (simulated GPUs, PCIe throttled)") : tr(" (simulated GPUs)"))
                                                   : QString()));
     m_progress->setValue(0);
     m_status->setText(m_controller->state() == RunController::State::NoWorker ? tr("Starting the worker…")
                                                                              : tr("Dispatching…"));
+    resetTeaching();
     m_controller->dispatch(r);
     updateButtons();
 }
 
 void RunPage::cancel() { m_controller->stop(); }
 
-void RunPage::stop() { m_controller->stop(); }
+void RunPage::stop()
+{
+    if (canStop() || m_controller->state() == RunController::State::Loading)
+        m_controller->stop();
+}
 
-void RunPage::unload() { m_controller->unload(); }
+void RunPage::unload()
+{
+    if (canUnload())
+        m_controller->unload();
+}
 
 void RunPage::generate()
 {
+    // The Run menu and Ctrl+Return reach here whatever the buttons say.
+    if (!canGenerate()) {
+        if (!canStop())
+            showMessage(!m_controller->modelLoaded() ? tr("Nothing is loaded: Dispatch the map first (F5).") : noteText(), false);
+        return;
+    }
+    resetTeaching();
     m_stepping = false;
     m_newContext = true;
     m_output->setPlainText(m_prompt->toPlainText());
@@ -480,7 +630,13 @@ void RunPage::generate()
 
 void RunPage::stepOneToken()
 {
+    if (!canGenerate()) {
+        if (!canStop())
+            showMessage(!m_controller->modelLoaded() ? tr("Nothing is loaded: Dispatch the map first (F5).") : noteText(), false);
+        return;
+    }
     m_stepping = true;
+    m_firstTokenAt = -1;
     m_moved.clear();
     m_movedStep = -1;
     GenerateRequest g = generateRequest();
@@ -508,6 +664,7 @@ void RunPage::onLoaded(const LoadedInfo& info)
     if (!m_hasTokenizer)
         m_status->setText(m_status->text() + tr(" No tokenizer: the prompt is token ids."));
     m_newContext = true;
+    updateButtons();
     emit dispatched(true);
 }
 
@@ -517,7 +674,11 @@ void RunPage::onToken(const TokenMark& t)
     m_samples->addToken(t.t);
     m_output->moveCursor(QTextCursor::End);
     m_output->insertPlainText(m_hasTokenizer || !t.text.isEmpty() ? t.text : QStringLiteral(" %1").arg(t.id));
-    if (m_firstTokenAt < 0) {
+    if (m_stepping) {
+        // One token per step, slowed down on purpose: no rate to show.
+        m_speed->setText(m_streamed.size() == 1 ? tr("Stepped 1 token in slow motion.")
+                                         : tr("Stepped %1 tokens in slow motion.").arg(m_streamed.size()));
+    } else if (m_firstTokenAt < 0) {
         m_firstTokenAt = t.t;
         m_speed->setText(tr("First token after the prompt."));
     } else if (t.t > m_firstTokenAt) {
@@ -614,6 +775,12 @@ void RunPage::onDone(const DoneInfo& d)
                              .arg(d.tokenIds.size())
                              .arg(d.prefillSeconds, 0, 'f', 2)
                              .arg(d.tokensPerSecond, 0, 'f', 1));
+    } else if (d.stopped) {
+        // Stopped mid-step: the token was not finished, so the next step
+        // starts again from the prompt.
+        resetTeaching();
+        m_caption->setText(tr("Stopped before the token was done. Step One Token starts again from the prompt."));
+        m_newContext = true;
     } else {
         m_caption->setText(m_caption->text() + tr(" — token done; Step again for the next one."));
     }

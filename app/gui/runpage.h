@@ -76,6 +76,17 @@ public:
     QString statusText() const;
     QString captionText() const;
     QString tokensPerSecondText() const;
+    // Why the worker's state and the page's controls differ, in words: the
+    // policy chosen since Dispatch, a plan changed since Dispatch, a model
+    // that cannot run here. Empty when Generate runs what the page shows.
+    QString noteText() const;
+    // The policy the worker loaded with (empty: nothing loaded or loading).
+    QString loadedPolicy() const;
+    // What each control and Run-menu action may do now.
+    bool canDispatch() const;
+    bool canGenerate() const;
+    bool canStop() const;
+    bool canUnload() const;
     const DoneInfo& lastDone() const { return m_lastDone; }
     QVector<int> streamedTokens() const { return m_streamed; }
 
@@ -87,8 +98,12 @@ public slots:
     void unload();
     void stepOneToken();
     void updateButtons();
+    // Another model was opened: the page resets to it, and a model the worker
+    // holds is unloaded. `cannotRun`: why this one cannot run (empty: it can).
+    void modelOpened(const QString& cannotRun);
 
 signals:
+    void actionsChanged(); // canDispatch() ... may have changed
     void dispatched(bool ok);  // loaded, or failed/cancelled
     void generationDone(const DoneInfo& info);
 
@@ -101,6 +116,9 @@ private:
     void onTrace(const QVector<TraceSpan>& spans);
     void onDone(const DoneInfo& info);
     void showCaption(const TraceSpan& span);
+    void resetTeaching();
+    void onPlanChanged();
+    void showPreview();
 
     PlanningPage* m_planning;
     RunController* m_controller;
@@ -115,6 +133,7 @@ private:
     QLineEdit* m_offload = nullptr;
     QCheckBox* m_throttle = nullptr;
     QLabel* m_mapSummary = nullptr;
+    QLabel* m_note = nullptr;
     QPushButton* m_dispatch = nullptr;
     QPushButton* m_cancel = nullptr;
     QPushButton* m_unload = nullptr;
@@ -141,6 +160,7 @@ private:
 
     std::optional<HardwareProfile> m_hardwareOverride;
     PlanState m_running; // the plan of the last Dispatch
+    QString m_cannotRun;    // why the open model cannot run (index only), or empty
     bool m_stepping = false;
     QHash<QString, TraceSpan> m_moved; // teaching mode: per unit, what the current step moved
     int m_movedStep = -1;

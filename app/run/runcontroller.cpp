@@ -65,7 +65,11 @@ void RunController::send(QJsonObject command, State next)
     setState(next);
 }
 
-void RunController::dispatch(const LoadRequest& request) { send(encodeLoad(request), State::Loading); }
+void RunController::dispatch(const LoadRequest& request)
+{
+    m_policy = request.policy;
+    send(encodeLoad(request), State::Loading);
+}
 
 void RunController::generate(const GenerateRequest& request)
 {
@@ -175,7 +179,9 @@ void RunController::handle(const worker::Cancelled&)
 void RunController::handle(const worker::Unloaded&)
 {
     m_loaded = false;
-    setState(State::Idle);
+    // A load replacing a model unloads it first: the load goes on.
+    if (m_state != State::Loading)
+        setState(State::Idle);
     emit unloaded();
 }
 

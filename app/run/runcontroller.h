@@ -31,6 +31,8 @@ public:
 
     State state() const { return m_state; }
     bool modelLoaded() const { return m_loaded; }
+    // The execution policy of the model being loaded or loaded ("" when none).
+    QString policy() const { return m_policy; }
     WorkerClient* client() const { return m_client; }
     // The tail of the worker's stderr, for messages.
     QString stderrLog() const;
@@ -87,6 +89,7 @@ private:
     WorkerClient* m_client = nullptr;
     State m_state = State::NoWorker;
     bool m_loaded = false;
+    QString m_policy; // of the last load command, while it loads or is loaded
     bool m_helloSeen = false;
     QList<std::pair<QJsonObject, State>> m_pending; // commands written once the worker says hello
     int m_job = 0;

@@ -153,6 +153,9 @@ void TraceModel::rebuild()
     m_rows = buildTimeline(m_units, m_steps.value(step), &m_summary);
     if (!m_rows.isEmpty())
         emit dataChanged(index(0, 0), index(static_cast<int>(m_rows.size()) - 1, ColumnCount - 1));
+    // The timeline's header sums the rows ("Step 3: 2.10 s (waited 1.80 s)"):
+    // it changes with them, or it would show the first partial step's figures.
+    emit headerDataChanged(Qt::Horizontal, TimelineColumn, TimelineColumn);
 }
 
 int TraceModel::rowCount(const QModelIndex& parent) const

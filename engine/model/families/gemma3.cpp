@@ -258,9 +258,14 @@ Family family()
     f.attention = attention;
     // rotary_emb holds only buffers; the vision tower and the projector do
     // not run for text prompts: no units.
-    f.units = {"model.embed_tokens?",      "model.layers.*?", "model.norm?",
-               "model.language_model.embed_tokens?", "model.language_model.layers.*?",
-               "model.language_model.norm?", "lm_head"};
+    // gemma3_text has the first three, gemma3 the next three.
+    f.units = {"model.embed_tokens?",
+               "model.layers.*?",
+               "model.norm?",
+               "model.language_model.embed_tokens?",
+               "model.language_model.layers.*?",
+               "model.language_model.norm?",
+               "lm_head"};
     return f;
 }
 

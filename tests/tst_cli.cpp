@@ -65,6 +65,10 @@ void TestCli::inspectJsonContract()
     QCOMPARE(j["modules"][1]["name"].get<std::string>(), std::string("transformer"));
     QCOMPARE(j["tied"][0][0].get<std::string>(), std::string("lm_head.weight"));
     QCOMPARE(j["no_split"][0].get<std::string>(), std::string("GPT2Block"));
+    // a GPT2Model save: every parameter is read without the "transformer." prefix
+    QCOMPARE(j["stored_as"]["transformer.h.0.attn.c_attn.weight"].get<std::string>(),
+             std::string("h.0.attn.c_attn.weight"));
+    QVERIFY(!j["stored_as"].contains("lm_head.weight")); // tied: no tensor of its own
 }
 void TestCli::inspectHumanTree()
 {

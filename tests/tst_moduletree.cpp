@@ -30,7 +30,7 @@ class TestModuleTree : public QObject {
     }
     // The tree for a config.json alone: weights holding no tensor of the
     // model (enough of them for the layer count to be believable).
-    ModuleTree skeletonOf(const std::string& name, const nlohmann::json& config)
+    ModuleTree skeletonOf(const std::string& name, const nlohmann::json& config, DType dt = DType::F32)
     {
         auto d = dir("skeleton-" + name);
         fixtures::writeJson(d + "/config.json", config);
@@ -38,7 +38,7 @@ class TestModuleTree : public QObject {
         for (int i = 0; i < 16; ++i)
             ts.push_back({"unused." + std::to_string(i), DType::F32, {1}});
         fixtures::writeSharded(d, ts, 1, false);
-        return buildModuleTree(Checkpoint::open(d), DType::F32);
+        return buildModuleTree(Checkpoint::open(d), dt);
     }
 
 private slots:
@@ -56,6 +56,11 @@ private slots:
     void impossibleConfigValues_data();
     void impossibleConfigValues();
     void familyRegistry();
+    void gemma3TextTree();
+    void gemma3CompositeTree();
+    void gemma3StoredNames_data();
+    void gemma3StoredNames();
+    void gemma3Defaults();
     void executionUnits_data();
     void executionUnits();
 };
@@ -331,7 +336,15 @@ void TestModuleTree::impossibleConfigValues()
 
 void TestModuleTree::familyRegistry()
 {
-    QCOMPARE(knownModelTypes(), (std::vector<std::string>{"gpt2", "llama", "mistral", "qwen2", "qwen3", "opt"}));
+    QCOMPARE(knownModelTypes(), (std::vector<std::string>{"gpt2", "llama", "mistral", "qwen2", "qwen3", "opt",
+                                                          "gemma3_text", "gemma3"}));
+    QCOMPARE(archOf("gemma3_text"), std::optional<Arch>(Arch::gemma3));
+    QCOMPARE(archOf("gemma3"), std::optional<Arch>(Arch::gemma3));
+    QCOMPARE(familyOf("gemma3_text"), std::optional<std::string>("gemma3"));
+    QVERIFY(!archOf("gemma2"));
+    // Gemma's tokenizer puts <bos> first (add_bos_token true)
+    QVERIFY(addsBosByDefault("gemma3_text"));
+    QVERIFY(addsBosByDefault("gemma3"));
     QCOMPARE(archOf("gpt2"), std::optional<Arch>(Arch::gpt2));
     QCOMPARE(archOf("mistral"), std::optional<Arch>(Arch::llama));
     QCOMPARE(archOf("qwen3"), std::optional<Arch>(Arch::llama));
@@ -345,6 +358,308 @@ void TestModuleTree::familyRegistry()
         QVERIFY2(addsBosByDefault(type), type);
     for (const char* type : {"gpt2", "qwen2", "qwen3", "mamba"})
         QVERIFY2(!addsBosByDefault(type), type);
+}
+
+namespace {
+
+// Tiny Gemma 3 text config: 3 layers, every 3rd global (sliding_window_pattern,
+// no layer_types), head_dim 12 (not 16 / 2), tie_word_embeddings left out
+// (Gemma3TextConfig's default: true).
+nlohmann::json gemma3TextConfig()
+{
+    return {{"model_type", "gemma3_text"}, {"vocab_size", 100},   {"hidden_size", 16},
+            {"intermediate_size", 24},     {"num_hidden_layers", 3}, {"num_attention_heads", 2},
+            {"num_key_value_heads", 1},    {"head_dim", 12},      {"sliding_window_pattern", 3}};
+}
+
+// The composite gemma3 config around it: a SigLIP tower of one layer.
+nlohmann::json gemma3Config(bool visionHead)
+{
+    nlohmann::json text = gemma3TextConfig();
+    text.erase("sliding_window_pattern");
+    text["layer_types"] = {"sliding_attention", "sliding_attention", "full_attention"};
+    nlohmann::json vision{{"model_type", "siglip_vision_model"}, {"hidden_size", 8}, {"intermediate_size", 12},
+                          {"num_hidden_layers", 1}, {"num_attention_heads", 2}, {"image_size", 8}, {"patch_size", 4}};
+    if (!visionHead)
+        vision["vision_use_head"] = false; // as Google's gemma-3 configs say
+    return {{"model_type", "gemma3"}, {"mm_tokens_per_image", 4}, {"text_config", text}, {"vision_config", vision}};
+}
+
+// The tensors of gemma3Config(false) under the three layouts a checkpoint may
+// use: `lm` the language model's prefix, `vt` the vision tower's (before
+// "embeddings."), `mm` the projector's. Written from the transformers layouts,
+// not from the skeleton.
+std::vector<fixtures::Tensor> gemma3Tensors(const std::string& lm, const std::string& vt, const std::string& mm)
+{
+    const DType f = DType::BF16;
+    std::vector<fixtures::Tensor> ts{{lm + "embed_tokens.weight", f, {100, 16}}, {lm + "norm.weight", f, {16}}};
+    for (int i = 0; i < 3; ++i) {
+        const std::string l = lm + "layers." + std::to_string(i) + ".";
+        for (const char* n : {"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+                              "post_feedforward_layernorm"})
+            ts.push_back({l + n + ".weight", f, {16}});
+        ts.push_back({l + "self_attn.q_proj.weight", f, {24, 16}});
+        ts.push_back({l + "self_attn.k_proj.weight", f, {12, 16}});
+        ts.push_back({l + "self_attn.v_proj.weight", f, {12, 16}});
+        ts.push_back({l + "self_attn.o_proj.weight", f, {16, 24}});
+        ts.push_back({l + "self_attn.q_norm.weight", f, {12}});
+        ts.push_back({l + "self_attn.k_norm.weight", f, {12}});
+        ts.push_back({l + "mlp.gate_proj.weight", f, {24, 16}});
+        ts.push_back({l + "mlp.up_proj.weight", f, {24, 16}});
+        ts.push_back({l + "mlp.down_proj.weight", f, {16, 24}});
+    }
+    ts.push_back({mm + "mm_input_projection_weight", f, {8, 16}});
+    ts.push_back({mm + "mm_soft_emb_norm.weight", f, {8}});
+    ts.push_back({vt + "embeddings.patch_embedding.weight", f, {8, 3, 4, 4}});
+    ts.push_back({vt + "embeddings.patch_embedding.bias", f, {8}});
+    ts.push_back({vt + "embeddings.position_embedding.weight", f, {4, 8}});
+    const std::string l = vt + "encoder.layers.0.";
+    for (const char* n : {"layer_norm1", "layer_norm2", "self_attn.k_proj", "self_attn.v_proj", "self_attn.q_proj",
+                          "self_attn.out_proj", "mlp.fc2"}) {
+        const bool ln = std::string(n).rfind("layer_norm", 0) == 0;
+        if (!ln)
+            ts.push_back({l + n + ".weight", f, {8, std::string(n) == "mlp.fc2" ? 12 : 8}});
+        else
+            ts.push_back({l + n + ".weight", f, {8}});
+        ts.push_back({l + n + ".bias", f, {8}});
+    }
+    ts.push_back({l + "mlp.fc1.weight", f, {12, 8}});
+    ts.push_back({l + "mlp.fc1.bias", f, {12}});
+    ts.push_back({vt + "post_layernorm.weight", f, {8}});
+    ts.push_back({vt + "post_layernorm.bias", f, {8}});
+    return ts;
+}
+
+std::vector<std::string> childNames(const ModuleTree& t, const std::string& name)
+{
+    std::vector<std::string> out;
+    for (int c : t.modules()[size_t(t.find(name))].children)
+        out.push_back(t.modules()[size_t(c)].name);
+    return out;
+}
+
+std::string classOf(const ModuleTree& t, const std::string& name)
+{
+    const int i = t.find(name);
+    return i < 0 ? std::string("(none)") : t.modules()[size_t(i)].className;
+}
+
+} // namespace
+
+void TestModuleTree::gemma3TextTree()
+{
+    // transformers 5.6 Gemma3ForCausalLM. Parameters:
+    //   embed 100 x 16 = 1,600
+    //   a layer: q 24x16 = 384, k 12x16 = 192, v 192, o 16x24 = 384, q_norm 12,
+    //     k_norm 12, gate 24x16 = 384, up 384, down 16x24 = 384, four norms 4 x 16 = 64: 2,392
+    //   3 layers 7,176; norm 16; lm_head tied to the embedding: 8,792.
+    // Buffers: embed_scale, a 0-d tensor in the default dtype (the requested one
+    // while from_pretrained builds: 2 bytes in bf16); rotary_emb's
+    // sliding_attention_{,original_}inv_freq and full_attention_{,original_}inv_freq,
+    // float32, head_dim / 2 = 6 each: 4 x 6 x 4 = 96.
+    const ModuleTree t = skeletonOf("gemma3-text", gemma3TextConfig());
+    QCOMPARE(t.root().className, std::string("Gemma3ForCausalLM"));
+    QCOMPARE(t.root().paramCount, uint64_t(8'792));
+    QCOMPARE(t.root().bytes, uint64_t(4 * 8'792 + 4 + 96));
+    const ModuleTree bf = skeletonOf("gemma3-text-bf16", gemma3TextConfig(), DType::BF16);
+    QCOMPARE(bf.root().bytes, uint64_t(2 * 8'792 + 2 + 96));
+    QCOMPARE(childNames(t, ""), (std::vector<std::string>{"model", "lm_head"}));
+    QCOMPARE(childNames(t, "model"),
+             (std::vector<std::string>{"model.embed_tokens", "model.layers", "model.norm", "model.rotary_emb"}));
+    QCOMPARE(childNames(t, "model.layers.0"),
+             (std::vector<std::string>{"model.layers.0.self_attn", "model.layers.0.mlp", "model.layers.0.input_layernorm",
+                                       "model.layers.0.post_attention_layernorm",
+                                       "model.layers.0.pre_feedforward_layernorm",
+                                       "model.layers.0.post_feedforward_layernorm"}));
+    QCOMPARE(childNames(t, "model.layers.0.self_attn"),
+             (std::vector<std::string>{"model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.k_proj",
+                                       "model.layers.0.self_attn.v_proj", "model.layers.0.self_attn.o_proj",
+                                       "model.layers.0.self_attn.q_norm", "model.layers.0.self_attn.k_norm"}));
+    QCOMPARE(classOf(t, "model"), std::string("Gemma3TextModel"));
+    QCOMPARE(classOf(t, "model.embed_tokens"), std::string("Gemma3TextScaledWordEmbedding"));
+    QCOMPARE(classOf(t, "model.layers.2"), std::string("Gemma3DecoderLayer"));
+    QCOMPARE(classOf(t, "model.layers.0.self_attn"), std::string("Gemma3Attention"));
+    QCOMPARE(classOf(t, "model.layers.0.self_attn.q_norm"), std::string("Gemma3RMSNorm"));
+    QCOMPARE(classOf(t, "model.layers.0.mlp"), std::string("Gemma3MLP"));
+    QCOMPARE(classOf(t, "model.layers.0.mlp.act_fn"), std::string("GELUTanh")); // 5.6 ACT2CLS
+    QCOMPARE(classOf(t, "model.rotary_emb"), std::string("Gemma3RotaryEmbedding"));
+    QCOMPARE(t.params()[size_t(t.findParam("model.layers.1.self_attn.q_proj.weight"))].shape,
+             (std::vector<int64_t>{24, 16}));
+    std::vector<std::string> buffers;
+    for (const Buffer& b : t.buffers()) {
+        buffers.push_back(b.name);
+        QVERIFY(!b.persistent);
+    }
+    QCOMPARE(buffers, (std::vector<std::string>{"model.embed_tokens.embed_scale",
+                                                "model.rotary_emb.sliding_attention_inv_freq",
+                                                "model.rotary_emb.sliding_attention_original_inv_freq",
+                                                "model.rotary_emb.full_attention_inv_freq",
+                                                "model.rotary_emb.full_attention_original_inv_freq"}));
+    QCOMPARE(bf.buffers()[0].dtype, DType::BF16);
+    QCOMPARE(bf.buffers()[1].dtype, DType::F32);
+    QVERIFY(t.buffers()[0].shape.empty());
+    QCOMPARE(t.tiedGroups(), (std::vector<std::vector<std::string>>{{"lm_head.weight", "model.embed_tokens.weight"}}));
+    // Gemma3PreTrainedModel._no_split_modules (SigLIP's classes listed there too)
+    QCOMPARE(t.noSplitClasses(), (std::vector<std::string>{"Gemma3DecoderLayer", "SiglipVisionEmbeddings",
+                                                           "SiglipEncoderLayer", "SiglipMultiheadAttentionPoolingHead"}));
+    // all layers slide: only the sliding buffers
+    nlohmann::json allSliding = gemma3TextConfig();
+    allSliding["sliding_window_pattern"] = 4;
+    QCOMPARE(skeletonOf("gemma3-sliding", allSliding).buffers().size(), size_t(3));
+    nlohmann::json untied = gemma3TextConfig();
+    untied["tie_word_embeddings"] = false;
+    const ModuleTree u = skeletonOf("gemma3-untied", untied);
+    QVERIFY(u.tiedGroups().empty());
+    QCOMPARE(u.root().paramCount, uint64_t(8'792 + 1'600));
+}
+
+void TestModuleTree::gemma3CompositeTree()
+{
+    // transformers 5.6 Gemma3ForConditionalGeneration, vision_use_head absent
+    // (so SiglipVisionModel builds its pooling head). Parameters:
+    //   vision tower: patch_embedding Conv2d 8x3x4x4 + 8 = 392; position_embedding
+    //     (8/4)^2 = 4 x 8 = 32; a layer: two LayerNorms 2 x 16, k/v/q/out 4 x (64 + 8),
+    //     fc1 12x8 + 12 = 108, fc2 8x12 + 8 = 104: 532; post_layernorm 16; head: probe 8,
+    //     in_proj 24x8 + 24 = 216, out_proj 72, layernorm 16, mlp 212: 524. Total 1,496.
+    //   projector: mm_input_projection_weight 8 x 16 = 128, mm_soft_emb_norm 8: 136.
+    //   language model as gemma3TextTree: 8,792, lm_head tied (Gemma3Config's default).
+    //   Total 10,424.
+    // Buffers in float32: position_ids int64 [1, 4] = 32, embed_scale 4, rotary 96: 132.
+    const ModuleTree t = skeletonOf("gemma3", gemma3Config(true));
+    QCOMPARE(t.root().className, std::string("Gemma3ForConditionalGeneration"));
+    QCOMPARE(t.root().paramCount, uint64_t(10'424));
+    QCOMPARE(t.root().bytes, uint64_t(4 * 10'424 + 132));
+    QCOMPARE(t.modules()[size_t(t.find("model.vision_tower"))].paramCount, uint64_t(1'496));
+    QCOMPARE(childNames(t, ""), (std::vector<std::string>{"model", "lm_head"}));
+    QCOMPARE(childNames(t, "model"), (std::vector<std::string>{"model.vision_tower", "model.multi_modal_projector",
+                                                               "model.language_model"}));
+    QCOMPARE(childNames(t, "model.vision_tower"),
+             (std::vector<std::string>{"model.vision_tower.embeddings", "model.vision_tower.encoder",
+                                       "model.vision_tower.post_layernorm", "model.vision_tower.head"}));
+    QCOMPARE(childNames(t, "model.vision_tower.encoder.layers.0"),
+             (std::vector<std::string>{"model.vision_tower.encoder.layers.0.layer_norm1",
+                                       "model.vision_tower.encoder.layers.0.self_attn",
+                                       "model.vision_tower.encoder.layers.0.layer_norm2",
+                                       "model.vision_tower.encoder.layers.0.mlp"}));
+    QCOMPARE(childNames(t, "model.vision_tower.encoder.layers.0.self_attn"),
+             (std::vector<std::string>{"model.vision_tower.encoder.layers.0.self_attn.k_proj",
+                                       "model.vision_tower.encoder.layers.0.self_attn.v_proj",
+                                       "model.vision_tower.encoder.layers.0.self_attn.q_proj",
+                                       "model.vision_tower.encoder.layers.0.self_attn.out_proj"}));
+    QCOMPARE(childNames(t, "model.vision_tower.head.mlp"),
+             (std::vector<std::string>{"model.vision_tower.head.mlp.activation_fn", "model.vision_tower.head.mlp.fc1",
+                                       "model.vision_tower.head.mlp.fc2"}));
+    QCOMPARE(childNames(t, "model.multi_modal_projector"),
+             (std::vector<std::string>{"model.multi_modal_projector.mm_soft_emb_norm",
+                                       "model.multi_modal_projector.avg_pool"}));
+    QCOMPARE(classOf(t, "model"), std::string("Gemma3Model"));
+    QCOMPARE(classOf(t, "model.vision_tower"), std::string("SiglipVisionModel"));
+    QCOMPARE(classOf(t, "model.vision_tower.embeddings"), std::string("SiglipVisionEmbeddings"));
+    QCOMPARE(classOf(t, "model.vision_tower.embeddings.patch_embedding"), std::string("Conv2d"));
+    QCOMPARE(classOf(t, "model.vision_tower.encoder"), std::string("SiglipEncoder"));
+    QCOMPARE(classOf(t, "model.vision_tower.encoder.layers.0"), std::string("SiglipEncoderLayer"));
+    QCOMPARE(classOf(t, "model.vision_tower.encoder.layers.0.mlp.activation_fn"), std::string("GELUTanh"));
+    QCOMPARE(classOf(t, "model.vision_tower.post_layernorm"), std::string("LayerNorm"));
+    QCOMPARE(classOf(t, "model.vision_tower.head"), std::string("SiglipMultiheadAttentionPoolingHead"));
+    QCOMPARE(classOf(t, "model.vision_tower.head.attention"), std::string("MultiheadAttention"));
+    QCOMPARE(classOf(t, "model.vision_tower.head.attention.out_proj"), std::string("NonDynamicallyQuantizableLinear"));
+    QCOMPARE(classOf(t, "model.multi_modal_projector"), std::string("Gemma3MultiModalProjector"));
+    QCOMPARE(classOf(t, "model.multi_modal_projector.avg_pool"), std::string("AvgPool2d"));
+    QCOMPARE(classOf(t, "model.language_model"), std::string("Gemma3TextModel"));
+    QCOMPARE(classOf(t, "model.language_model.layers.2"), std::string("Gemma3DecoderLayer"));
+    QCOMPARE(t.params()[size_t(t.findParam("model.multi_modal_projector.mm_input_projection_weight"))].shape,
+             (std::vector<int64_t>{8, 16}));
+    QCOMPARE(t.params()[size_t(t.findParam("model.vision_tower.head.attention.in_proj_weight"))].shape,
+             (std::vector<int64_t>{24, 8}));
+    QCOMPARE(t.buffers()[0].name, std::string("model.vision_tower.embeddings.position_ids"));
+    QCOMPARE(t.buffers()[0].dtype, DType::I64);
+    QCOMPARE(t.buffers()[0].shape, (std::vector<int64_t>{1, 4}));
+    QCOMPARE(t.buffers()[1].name, std::string("model.language_model.embed_tokens.embed_scale"));
+    QCOMPARE(t.buffers().size(), size_t(6));
+    QCOMPARE(t.tiedGroups(), (std::vector<std::vector<std::string>>{
+                                 {"lm_head.weight", "model.language_model.embed_tokens.weight"}}));
+    // post_init() unions the children's sets: SiglipVisionModel brings SiglipTextEmbeddings.
+    QCOMPARE(t.noSplitClasses(),
+             (std::vector<std::string>{"Gemma3DecoderLayer", "SiglipVisionEmbeddings", "SiglipEncoderLayer",
+                                       "SiglipMultiheadAttentionPoolingHead", "SiglipTextEmbeddings"}));
+    // vision_use_head false leaves the head out (524 parameters)
+    QCOMPARE(skeletonOf("gemma3-nohead", gemma3Config(false)).root().paramCount, uint64_t(10'424 - 524));
+    // The top-level tie_word_embeddings decides, not text_config's.
+    nlohmann::json c = gemma3Config(false);
+    c["text_config"]["tie_word_embeddings"] = false;
+    QCOMPARE(skeletonOf("gemma3-texttie", c).tiedGroups().size(), size_t(1));
+    c["tie_word_embeddings"] = false;
+    QVERIFY(skeletonOf("gemma3-untied", c).tiedGroups().empty());
+}
+
+void TestModuleTree::gemma3StoredNames_data()
+{
+    QTest::addColumn<QString>("lm");
+    QTest::addColumn<QString>("vt");
+    QTest::addColumn<QString>("mm");
+    // google/gemma-3-4b-it's files (transformers 4.50)
+    QTest::newRow("hub") << "language_model.model." << "vision_tower.vision_model." << "multi_modal_projector.";
+    // saves of 4.52 - 4.57 (Gemma3Model with a SiglipVisionTransformer inside)
+    QTest::newRow("4.5x") << "model.language_model." << "model.vision_tower.vision_model."
+                          << "model.multi_modal_projector.";
+    // the module names 5.6 builds
+    QTest::newRow("5.x") << "model.language_model." << "model.vision_tower." << "model.multi_modal_projector.";
+}
+
+void TestModuleTree::gemma3StoredNames()
+{
+    QFETCH(QString, lm);
+    QFETCH(QString, vt);
+    QFETCH(QString, mm);
+    auto d = dir(std::string("gemma3-names-") + QTest::currentDataTag());
+    fixtures::writeSafetensorsFile(d + "/model.safetensors",
+                                   gemma3Tensors(lm.toStdString(), vt.toStdString(), mm.toStdString()), false);
+    fixtures::writeJson(d + "/config.json", gemma3Config(false));
+    const Checkpoint ck = Checkpoint::open(d);
+    const ModuleTree t = buildModuleTree(ck, std::nullopt);
+    QVERIFY2(t.missing().empty(), t.missing().empty() ? "" : t.missing()[0].c_str());
+    QVERIFY2(t.unexpected().empty(), t.unexpected().empty() ? "" : t.unexpected()[0].c_str());
+    QCOMPARE(*t.dtype(), DType::BF16);
+    const auto stored = [&](const std::string& param) {
+        return ck.tensors()[size_t(t.params()[size_t(t.findParam(param))].tensor)].name;
+    };
+    QCOMPARE(stored("model.language_model.layers.2.mlp.down_proj.weight"),
+             lm.toStdString() + "layers.2.mlp.down_proj.weight");
+    QCOMPARE(stored("model.vision_tower.encoder.layers.0.self_attn.out_proj.bias"),
+             vt.toStdString() + "encoder.layers.0.self_attn.out_proj.bias");
+    QCOMPARE(stored("model.multi_modal_projector.mm_input_projection_weight"),
+             mm.toStdString() + "mm_input_projection_weight");
+}
+
+void TestModuleTree::gemma3Defaults()
+{
+    // config.json with only model_type: Gemma3Config builds Gemma3TextConfig()
+    // and SiglipVisionConfig() (no vision_use_head: the head is built).
+    //   text: vocab 262,208, hidden 2,304, inter 9,216, 26 layers, 8 heads / 4 kv, head_dim 256:
+    //     a layer q 2048x2304 = 4,718,592, k and v 1024x2304 = 2,359,296 each,
+    //     o 4,718,592, q/k norms 512, MLP 3 x 9216 x 2304 = 63,700,992, four norms 9,216:
+    //     77,866,496; 26 layers 2,024,528,896; embed 604,127,232; norm 2,304: 2,628,658,432.
+    //   vision: 768 wide, 3072 MLP, 12 layers, patch 16 on 224: patch_embedding
+    //     768x3x16x16 + 768 = 590,592, positions 196 x 768 = 150,528, a layer 1,536 +
+    //     4 x 590,592 + (2,359,296 + 3,072) + (2,359,296 + 768) + 1,536 = 7,087,872,
+    //     12 of them 85,054,464, post_layernorm 1,536, head 768 + (1,769,472 + 2,304)
+    //     + 590,592 + 1,536 + 4,722,432 = 7,087,104: 92,884,224.
+    //   projector 768 x 2304 + 768 = 1,770,240. Total 2,723,312,896.
+    // Four bytes a parameter in float32 plus the buffers: position_ids 196 x 8,
+    // embed_scale 4, four rotary buffers of 128 float32: 1,568 + 4 + 2,048.
+    auto d = dir("gemma3-defaults");
+    fixtures::writeJson(d + "/config.json", {{"model_type", "gemma3"}});
+    std::vector<fixtures::Tensor> index{{"language_model.model.embed_tokens.weight", DType::BF16, {262208, 2304}}};
+    for (int i = 0; i < 26; ++i) // enough tensors for 26 layers to be believable
+        index.push_back({"language_model.model.layers." + std::to_string(i) + ".input_layernorm.weight", DType::BF16,
+                         {2304}});
+    fixtures::writeSharded(d, index, 1, false, /*writeShards=*/false);
+    const ModuleTree t = buildModuleTree(Checkpoint::open(d), DType::F32);
+    QCOMPARE(t.root().paramCount, uint64_t(2'723'312'896ull));
+    QCOMPARE(t.root().bytes, uint64_t(4 * 2'723'312'896ull + 1'568 + 4 + 2'048));
+    QCOMPARE(t.modules()[size_t(t.find("model.language_model.layers"))].children.size(), size_t(26));
+    QCOMPARE(t.missing().size(), t.params().size() - 28); // all but those listed and the tied head
+    QCOMPARE(attentionShape(ModelConfig::parse(R"({"model_type": "gemma3"})", "config.json"))->headDim, int64_t(256));
 }
 
 void TestModuleTree::executionUnits_data()
@@ -385,6 +700,15 @@ void TestModuleTree::executionUnits_data()
         << QStringList{"model.decoder.embed_tokens", "model.decoder.embed_positions", "model.decoder.layers.0",
                        "model.decoder.layers.1", "lm_head"};
     QTest::newRow("unknown family") << QByteArray(R"({"model_type": "mamba"})") << QStringList{};
+    // Gemma 3: the text model's units; the composite's vision tower and
+    // projector do not run for text prompts and lie in none (idle below).
+    QTest::newRow("gemma3_text") << QByteArray::fromStdString(gemma3TextConfig().dump())
+                                 << QStringList{"model.embed_tokens", "model.layers.0", "model.layers.1",
+                                                "model.layers.2", "model.norm", "lm_head"};
+    QTest::newRow("gemma3") << QByteArray::fromStdString(gemma3Config(true).dump())
+                            << QStringList{"model.language_model.embed_tokens", "model.language_model.layers.0",
+                                           "model.language_model.layers.1", "model.language_model.layers.2",
+                                           "model.language_model.norm", "lm_head"};
 }
 
 void TestModuleTree::executionUnits()
@@ -407,7 +731,9 @@ void TestModuleTree::executionUnits()
         int in = 0;
         for (const auto& u : units)
             in += QString::fromStdString(p.name).startsWith(u + ".");
-        QVERIFY2(in == 1, p.name.c_str());
+        const bool idle = p.name.rfind("model.vision_tower.", 0) == 0 ||
+                          p.name.rfind("model.multi_modal_projector.", 0) == 0; // Gemma 3's, never run
+        QVERIFY2(in == (idle ? 0 : 1), p.name.c_str());
     }
 }
 

@@ -105,6 +105,7 @@ private slots:
     void tiedChecksInAccelerateOrder();
     void accelerateSizesAModelBuiltInFloat32();
     void bytesOfAGivenMap();
+    void gemma3BeforeDownload();
 };
 
 namespace {
@@ -731,6 +732,63 @@ void TestPlanner::bytesOfAGivenMap()
     }
     QCOMPARE(used, (Sizes{{"0", 160}, {"cpu", 88}, {"disk", 8}}));
     QVERIFY(p.budgets.empty() && p.notes.empty());
+}
+
+void TestPlanner::gemma3BeforeDownload()
+{
+    // Gemma 3's composite model planned from config.json and the index alone
+    // (Hub names: language_model.model.*, vision_tower.vision_model.*), in the
+    // config's bfloat16 (dtype "auto"), as transformers 5.6 would map it:
+    // text vocab 100, hidden 16, MLP 24, 3 layers, 2 heads / 1 kv, head_dim 12;
+    // SigLIP 8 wide, MLP 12, 1 layer, patch 4 on 8 (4 positions), no head.
+    //   vision_tower 972 params x 2 = 1,944 + position_ids int64 [1, 4] 32 = 1,976
+    //   multi_modal_projector (8 x 16 + 8) x 2 = 272
+    //   language_model: embed_tokens 100 x 16 x 2 = 3,200 + embed_scale 2 (bf16);
+    //     a Gemma3DecoderLayer 2,392 x 2 = 4,784; norm 32; rotary_emb: all three
+    //     layers slide (sliding_window_pattern 6), so only sliding_attention's two
+    //     float32 buffers of 6 = 48: 3,202 + 3 x 4,784 + 32 + 48 = 17,634
+    //   lm_head tied: 0. Total 19,882.
+    // Sequential, GPU 0 = 16,000:
+    //   model: popping it drops every largest layer (all inside it), the reserve
+    //     is recomputed over [lm_head] = 0; 19,882 > 16,000: split, reserve 4,784.
+    //   vision_tower 1,976 and multi_modal_projector 272 fit (2,248 <= 11,216).
+    //   language_model: reserve 0 again; 2,248 + 17,634 > 16,000: split, reserve 4,784.
+    //   embed_tokens with its tied lm_head (+0): 5,450 <= 11,216, lm_head placed with it.
+    //   layers: reserve over [norm, rotary_emb] = 48; 5,450 + 14,352 > 15,952: split.
+    //   layers.0: 5,450 + 4,784 = 10,234 <= 11,216; layers.1: 15,018 > 11,216 and
+    //   no-split: cpu, where the rest fits. clean_device_map merges nothing.
+    const std::string d = path("gemma3");
+    fs::create_directories(d);
+    nlohmann::json text{{"model_type", "gemma3_text"}, {"vocab_size", 100},  {"hidden_size", 16},
+                        {"intermediate_size", 24},     {"num_hidden_layers", 3}, {"num_attention_heads", 2},
+                        {"num_key_value_heads", 1},    {"head_dim", 12}};
+    nlohmann::json vision{{"model_type", "siglip_vision_model"}, {"hidden_size", 8}, {"intermediate_size", 12},
+                          {"num_hidden_layers", 1}, {"num_attention_heads", 2}, {"image_size", 8}, {"patch_size", 4},
+                          {"vision_use_head", false}};
+    fixtures::writeJson(d + "/config.json", {{"model_type", "gemma3"}, {"torch_dtype", "bfloat16"},
+                                             {"text_config", text}, {"vision_config", vision}});
+    // The index lists the Hub's names; only a few are needed to plan.
+    fixtures::writeSharded(d,
+                           {{"language_model.model.embed_tokens.weight", DType::BF16, {100, 16}},
+                            {"language_model.model.layers.0.mlp.up_proj.weight", DType::BF16, {24, 16}},
+                            {"vision_tower.vision_model.post_layernorm.weight", DType::BF16, {8}},
+                            {"multi_modal_projector.mm_soft_emb_norm.weight", DType::BF16, {8}}},
+                           2, false, /*writeShards=*/false);
+    const Checkpoint ck = Checkpoint::open(d);
+    QVERIFY(ck.indexOnly());
+    ModuleTree t = buildModuleTree(ck, std::nullopt);
+    QCOMPARE(*t.dtype(), DType::BF16);
+    QCOMPARE(t.root().bytes, uint64_t(19'882));
+    QCOMPARE(t.params()[size_t(t.findParam("model.vision_tower.post_layernorm.weight"))].tensor >= 0, true);
+    QCOMPARE(QString::fromStdString(mapText(plan(t, budgets({{"0", 16000}, {"cpu", 1e9}})).deviceMap)),
+             QString("model.vision_tower:0, model.multi_modal_projector:0, model.language_model.embed_tokens:0, "
+                     "lm_head:0, model.language_model.layers.0:0, model.language_model.layers.1:cpu, "
+                     "model.language_model.layers.2:cpu, model.language_model.norm:cpu, "
+                     "model.language_model.rotary_emb:cpu"));
+    // 19,882: `model` fits whole, its reserve being lm_head's 0, and the tied
+    // lm_head goes with it: {"": 0}.
+    QCOMPARE(QString::fromStdString(mapText(plan(t, budgets({{"0", 19882}, {"cpu", 1e9}})).deviceMap)),
+             QString("'':0"));
 }
 
 QTEST_APPLESS_MAIN(TestPlanner)

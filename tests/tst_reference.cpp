@@ -68,8 +68,17 @@ void TestReference::matchesReference_data()
     QTest::addColumn<QString>("placement");
     QTest::addColumn<bool>("keepF16"); // load in the checkpoint's fp16, not widened to fp32
     for (const char* placement : {"cpu", "offloaded", "simulated-gpu"}) {
-        for (const char* family : {"gpt2", "llama", "llama3", "mistral", "qwen2", "qwen3", "opt", "opt-proj"})
+        for (const char* family :
+             {"gpt2", "llama", "llama3", "mistral", "qwen2", "qwen3", "opt", "opt-proj", "gemma3_text", "gemma3"})
             QTest::addRow("%s %s", family, placement) << QStringList{"--family", family} << placement << false;
+        // Gemma 3's composite model in the Hub's names, untied (its head as
+        // language_model.lm_head.weight), bf16 in three shards (computed in
+        // fp32); its text model saved without the "model." prefix.
+        QTest::addRow("gemma3 untied bf16 sharded %s", placement)
+            << QStringList{"--family", "gemma3", "--dtype", "bfloat16", "--shards", "3", "--untied"} << placement
+            << false;
+        QTest::addRow("gemma3_text base-model save %s", placement)
+            << QStringList{"--family", "gemma3_text", "--no-prefix"} << placement << false;
         QTest::addRow("gpt2 base-model save %s", placement)
             << QStringList{"--family", "gpt2", "--no-prefix"} << placement << false;
         QTest::addRow("llama untied bf16 sharded %s", placement)

@@ -41,6 +41,12 @@ int inspectCommand(const std::vector<std::string>& argv)
         j["index_only"] = ck.indexOnly();
         j["missing"] = tree.missing();
         j["unexpected"] = tree.unexpected();
+        // Parameters read from a tensor of another name: a base-model save, or an
+        // older layout transformers renames on load (Gemma 3's Hub files).
+        auto& storedAs = j["stored_as"] = nlohmann::ordered_json::object();
+        for (const auto& p : tree.params())
+            if (p.tensor >= 0 && ck.tensors()[size_t(p.tensor)].name != p.name)
+                storedAs[p.name] = ck.tensors()[size_t(p.tensor)].name;
         std::cout << j.dump(2) << '\n';
         return 0;
     }

@@ -32,6 +32,21 @@ ModelConfig ModelConfig::parse(const std::string& text, const std::string& path)
     return c;
 }
 
+ModelConfig ModelConfig::sub(const std::string& key) const
+{
+    ModelConfig c;
+    c.m_path = m_path;
+    auto it = m_raw.find(key);
+    if (it == m_raw.end() || it->is_null())
+        return c;
+    if (!it->is_object())
+        throw InputError(m_path, "'" + key + "' is not a JSON object");
+    c.m_raw = *it;
+    c.m_modelType = c.stringOr("model_type", "");
+    c.m_dtype = m_dtype;
+    return c;
+}
+
 bool ModelConfig::has(const std::string& key) const
 {
     auto it = m_raw.find(key);

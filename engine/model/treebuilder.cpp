@@ -42,6 +42,21 @@ std::vector<std::string> splitName(const std::string& name)
     return parts;
 }
 
+// A parameter stored under an older layout's prefix (Skeleton::storedPrefixes),
+// as transformers' conversion mapping renames it on load.
+const TensorInfo* findStoredUnderOldPrefix(const Checkpoint& ck,
+                                           const std::vector<std::pair<std::string, std::string>>& prefixes,
+                                           const std::string& name)
+{
+    for (const auto& [module, stored] : prefixes) {
+        const std::string from = module + ".";
+        if (name.rfind(from, 0) == 0)
+            if (const TensorInfo* ti = ck.find(stored + "." + name.substr(from.size())))
+                return ti;
+    }
+    return nullptr;
+}
+
 } // namespace
 
 DType checkpointDType(const Checkpoint& ck)
@@ -140,6 +155,8 @@ ModuleTree buildModuleTree(const Checkpoint& ck, std::optional<DType> dtype, Ref
         const TensorInfo* ti = ck.find(p.name);
         if (!ti && p.name.rfind(prefix, 0) == 0)
             ti = ck.find(p.name.substr(prefix.size()));
+        if (!ti)
+            ti = findStoredUnderOldPrefix(ck, skel->storedPrefixes, p.name);
         if (!ti) {
             if (!p.duplicate)
                 t.m_missing.push_back(p.name);

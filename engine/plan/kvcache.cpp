@@ -16,7 +16,7 @@ std::optional<KvReserve> kvReserveFor(const ModelConfig& c, const ModuleTree& tr
     if (tree.noSplitClasses().empty())
         return std::nullopt;
     const uint64_t el = uint64_t(dtypeSize(dtype));
-    const uint64_t vocab = uint64_t(c.integer("vocab_size", 0));
+    const uint64_t vocab = uint64_t(c.textConfig().integer("vocab_size", 0)); // text_config's in Gemma 3
     KvReserve r;
     r.context = context;
     r.batch = batch;

@@ -2,7 +2,8 @@
 """Writes a tiny random-weight checkpoint in the exact Hugging Face layout.
 
 Usage:
-  make_checkpoint.py --family {gpt2,llama,llama3,mistral,qwen2,qwen3,opt,opt-proj}
+  make_checkpoint.py --family {gpt2,llama,llama3,mistral,qwen2,qwen3,opt,opt-proj,
+                               gemma3_text,gemma3}
                      --out DIR [--seed N] [--dtype float32|bfloat16|float16]
                      [--shards K] [--tied | --untied] [--no-prefix]
                      [--pre-ln | --post-ln]   (opt families only)
@@ -29,7 +30,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import st_io  # noqa: E402
 
 TRANSFORMERS_VERSION = "4.46.0"
-FAMILIES = ["gpt2", "llama", "llama3", "mistral", "qwen2", "qwen3", "opt", "opt-proj"]
+FAMILIES = ["gpt2", "llama", "llama3", "mistral", "qwen2", "qwen3", "opt", "opt-proj",
+            "gemma3_text", "gemma3"]
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -220,6 +222,89 @@ def opt_config(family, tied, pre_ln):
     }
 
 
+def gemma3_text_config(tied):
+    # Gemma3ForCausalLM (gemma-3-1b style): 3 layers, every 2nd global
+    # (sliding_window_pattern, no layer_types), a window of 4 positions,
+    # head_dim 24 != hidden / heads, query_pre_attn_scalar 32 != head_dim.
+    return {
+        "architectures": ["Gemma3ForCausalLM"],
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "attn_logit_softcapping": None,
+        "bos_token_id": 2,
+        "eos_token_id": 1,
+        "final_logit_softcapping": None,
+        "head_dim": 24,
+        "hidden_activation": "gelu_pytorch_tanh",
+        "hidden_size": 64,
+        "initializer_range": 0.02,
+        "intermediate_size": 128,
+        "max_position_embeddings": 512,
+        "model_type": "gemma3_text",
+        "num_attention_heads": 4,
+        "num_hidden_layers": 3,
+        "num_key_value_heads": 2,
+        "pad_token_id": 0,
+        "query_pre_attn_scalar": 32,
+        "rms_norm_eps": 1e-06,
+        "rope_local_base_freq": 10000.0,
+        "rope_scaling": None,
+        "rope_theta": 1000000.0,
+        "sliding_window": 4,
+        "sliding_window_pattern": 2,
+        "tie_word_embeddings": tied,
+        "use_cache": True,
+        "vocab_size": 262,
+    }
+
+
+def gemma3_config(tied):
+    # Gemma3ForConditionalGeneration (gemma-3-4b style): a tiny SigLIP tower
+    # without the pooling head (vision_use_head false, as Google's configs),
+    # linear rope scaling on the global layers (factor 8, as the 4b), explicit
+    # layer_types, and both softcaps set so that those paths are exercised.
+    # tie_word_embeddings is left out when tied: Gemma3Config's default.
+    c = {
+        "architectures": ["Gemma3ForConditionalGeneration"],
+        "boi_token_index": 297,
+        "eoi_token_index": 298,
+        "eos_token_id": [1, 106],
+        "image_token_index": 299,
+        "initializer_range": 0.02,
+        "mm_tokens_per_image": 4,
+        "model_type": "gemma3",
+        "text_config": {
+            "attn_logit_softcapping": 5.0,
+            "final_logit_softcapping": 30.0,
+            "head_dim": 16,
+            "hidden_size": 48,
+            "intermediate_size": 96,
+            "layer_types": ["sliding_attention", "sliding_attention", "full_attention"],
+            "model_type": "gemma3_text",
+            "num_attention_heads": 4,
+            "num_hidden_layers": 3,
+            "num_key_value_heads": 1,
+            "query_pre_attn_scalar": 16,
+            "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+            "sliding_window": 3,
+            "vocab_size": 300,
+        },
+        "vision_config": {
+            "hidden_size": 32,
+            "image_size": 16,
+            "intermediate_size": 48,
+            "model_type": "siglip_vision_model",
+            "num_attention_heads": 4,
+            "num_hidden_layers": 2,
+            "patch_size": 4,
+            "vision_use_head": False,
+        },
+    }
+    if not tied:
+        c["tie_word_embeddings"] = False
+    return c
+
+
 # ----------------------------------------------------------------------------- tensor layouts
 # Each entry: (name, shape, kind). kind picks the init distribution.
 
@@ -296,11 +381,64 @@ def opt_layout(c, prefix, tied):
     return t
 
 
+def gemma3_text_layout(c, p, tied, head):
+    """Gemma3TextModel's tensors under prefix p, and the head under `head`."""
+    H, V, I = c["hidden_size"], c["vocab_size"], c["intermediate_size"]
+    nh, nkv, hd = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+    t = [(p + "embed_tokens.weight", [V, H], "gemma_embed")]
+    for i in range(c["num_hidden_layers"]):
+        l = "%slayers.%d." % (p, i)
+        t += [(l + "input_layernorm.weight", [H], "gemma_norm"),
+              (l + "mlp.down_proj.weight", [H, I], "linear"),
+              (l + "mlp.gate_proj.weight", [I, H], "linear"),
+              (l + "mlp.up_proj.weight", [I, H], "linear"),
+              (l + "post_attention_layernorm.weight", [H], "gemma_post_norm"),
+              (l + "post_feedforward_layernorm.weight", [H], "gemma_post_norm"),
+              (l + "pre_feedforward_layernorm.weight", [H], "gemma_norm"),
+              (l + "self_attn.k_norm.weight", [hd], "gemma_norm"),
+              (l + "self_attn.k_proj.weight", [nkv * hd, H], "linear"),
+              (l + "self_attn.o_proj.weight", [H, nh * hd], "linear"),
+              (l + "self_attn.q_norm.weight", [hd], "gemma_norm"),
+              (l + "self_attn.q_proj.weight", [nh * hd, H], "linear"),
+              (l + "self_attn.v_proj.weight", [nkv * hd, H], "linear")]
+    t.append((p + "norm.weight", [H], "gemma_norm"))
+    if not tied:
+        t.append((head, [V, H], "gemma_embed"))
+    return t
+
+
+def gemma3_layout(c, tied):
+    """The names google/gemma-3-4b-it's files hold (transformers 4.50's layout,
+    which 5.6 renames on load): language_model.model.*, multi_modal_projector.*,
+    vision_tower.vision_model.*."""
+    t = gemma3_text_layout(c["text_config"], "language_model.model.", tied, "language_model.lm_head.weight")
+    v = c["vision_config"]
+    VH, VI, P = v["hidden_size"], v["intermediate_size"], v["patch_size"]
+    n = (v["image_size"] // P) ** 2
+    t += [("multi_modal_projector.mm_input_projection_weight", [VH, c["text_config"]["hidden_size"]], "linear_t"),
+          ("multi_modal_projector.mm_soft_emb_norm.weight", [VH], "gemma_norm")]
+    vp = "vision_tower.vision_model."
+    t += [(vp + "embeddings.patch_embedding.bias", [VH], "bias"),
+          (vp + "embeddings.patch_embedding.weight", [VH, 3, P, P], "bias"),
+          (vp + "embeddings.position_embedding.weight", [n, VH], "pos")]
+    for i in range(v["num_hidden_layers"]):
+        l = "%sencoder.layers.%d." % (vp, i)
+        t += [(l + "layer_norm1.bias", [VH], "bias"), (l + "layer_norm1.weight", [VH], "norm"),
+              (l + "layer_norm2.bias", [VH], "bias"), (l + "layer_norm2.weight", [VH], "norm"),
+              (l + "mlp.fc1.bias", [VI], "bias"), (l + "mlp.fc1.weight", [VI, VH], "linear"),
+              (l + "mlp.fc2.bias", [VH], "bias"), (l + "mlp.fc2.weight", [VH, VI], "linear")]
+        for proj in ("k_proj", "out_proj", "q_proj", "v_proj"):
+            t += [(l + "self_attn.%s.bias" % proj, [VH], "bias"), (l + "self_attn.%s.weight" % proj, [VH, VH], "linear")]
+    t += [(vp + "post_layernorm.bias", [VH], "bias"), (vp + "post_layernorm.weight", [VH], "norm")]
+    return t
+
+
 # ----------------------------------------------------------------------------- weights
 
 EMBED_STD = 0.15   # token embeddings (and an untied lm_head)
 POS_STD = 0.5      # learned position tables (gpt2 wpe, opt embed_positions)
 LINEAR_GAIN = 1.5  # projections: normal(0, gain / sqrt(fan_in))
+GEMMA_EMBED_STD = 0.1  # Gemma 3's token embeddings (tied), before the sqrt(hidden) scale
 
 
 def make_tensor(shape, kind, gen):
@@ -327,8 +465,16 @@ def make_tensor(shape, kind, gen):
         return x * (LINEAR_GAIN / math.sqrt(shape[1]))
     if kind == "conv1d":    # GPT-2 Conv1D weight [in, out]
         return x * (LINEAR_GAIN / math.sqrt(shape[0]))
+    if kind == "linear_t":  # a projection stored [in, out] (Gemma 3's mm_input_projection_weight)
+        return x * (LINEAR_GAIN / math.sqrt(shape[0]))
     if kind == "norm":
         return 1.0 + 0.1 * x
+    if kind == "gemma_norm":  # Gemma3RMSNorm multiplies by (1 + weight): about 1
+        return 0.1 * x
+    if kind == "gemma_post_norm":  # the layer's outputs at about three times the unit rms, so that the
+        return 2.0 + 0.1 * x       # embedding (times sqrt(hidden)) does not drown them
+    if kind == "gemma_embed":  # Gemma multiplies the rows by sqrt(hidden)
+        return x * GEMMA_EMBED_STD
     if kind == "qk_norm":   # qwen3 q_norm/k_norm: sharper attention, as in real Qwen3
         return 1.3 + 0.1 * x
     if kind == "bias":
@@ -343,6 +489,12 @@ def build(family, seed, tied, prefix, pre_ln):
     elif family in ("opt", "opt-proj"):
         cfg = opt_config(family, tied, pre_ln)
         layout = opt_layout(cfg, prefix, tied)
+    elif family == "gemma3_text":
+        cfg = gemma3_text_config(tied)
+        layout = gemma3_text_layout(cfg, "model." if prefix else "", tied, "lm_head.weight")
+    elif family == "gemma3":
+        cfg = gemma3_config(tied)
+        layout = gemma3_layout(cfg, tied)
     else:
         cfg = llama_like_config(family, tied)
         layout = llama_like_layout(family, cfg, prefix, tied)
@@ -352,7 +504,7 @@ def build(family, seed, tied, prefix, pre_ln):
 
 
 def generation_config(cfg):
-    g = {"_from_model_config": True, "bos_token_id": cfg["bos_token_id"], "eos_token_id": cfg["eos_token_id"]}
+    g = {"_from_model_config": True, "bos_token_id": cfg.get("bos_token_id", 2), "eos_token_id": cfg["eos_token_id"]}
     if "pad_token_id" in cfg:
         g["pad_token_id"] = cfg["pad_token_id"]
     g["transformers_version"] = TRANSFORMERS_VERSION
@@ -413,7 +565,8 @@ def write(out, cfg, tensors, dtype_name, shards):
 
 
 DEFAULT_TIED = {"gpt2": True, "llama": False, "llama3": True, "mistral": False,
-                "qwen2": True, "qwen3": True, "opt": True, "opt-proj": True}
+                "qwen2": True, "qwen3": True, "opt": True, "opt-proj": True,
+                "gemma3_text": True, "gemma3": True}
 DEFAULT_PRE_LN = {"opt": True, "opt-proj": False}  # opt-proj mirrors opt-350m (post-LN)
 
 
@@ -439,6 +592,8 @@ def main(argv=None):
         if a.tied is False:
             ap.error("--no-prefix writes the base model only (no lm_head.weight); it cannot be --untied")
         tied = True
+    if a.no_prefix and a.family == "gemma3":
+        ap.error("--no-prefix: gemma3 is written in the Hub's composite layout only")
     if a.pre_ln is not None and a.family not in DEFAULT_PRE_LN:
         ap.error("--pre-ln/--post-ln apply to opt and opt-proj only")
     pre_ln = DEFAULT_PRE_LN.get(a.family, True) if a.pre_ln is None else a.pre_ln

@@ -337,6 +337,153 @@ class OPT:
         return F.linear(h, self.lm_head).float(), new_cache
 
 
+# ============================================================================ Gemma 3
+
+class Gemma3:
+    """modeling_gemma3.Gemma3ForCausalLM (gemma3_text) and the language model of
+    Gemma3ForConditionalGeneration (gemma3; text-only prompts, so the vision
+    tower and projector never run), eager attention, transformers 5.6.
+
+    Embedding times sqrt(hidden) (a buffer in the model dtype); Gemma3RMSNorm
+    (fp32, times 1 + weight, then back); per layer input_layernorm -> attention
+    (q_norm/k_norm over head_dim before rotary, scores * query_pre_attn_scalar^-0.5,
+    optional tanh softcap, causal mask, sliding layers also hide keys at or
+    beyond `sliding_window` positions back) -> post_attention_layernorm ->
+    residual, pre_feedforward_layernorm -> down(gelu_tanh(gate) * up) ->
+    post_feedforward_layernorm -> residual. Sliding layers keep only the last
+    sliding_window - 1 positions in their cache (DynamicSlidingWindowLayer).
+    Rotary per layer type: full_attention rope_theta (+ linear rope_scaling),
+    sliding_attention rope_local_base_freq."""
+
+    kv_dtype = None  # the cache's dtype where it differs (_kept)
+
+    # Gemma3TextConfig's defaults for keys a config.json may leave out
+    DEFAULTS = {"head_dim": 256, "rms_norm_eps": 1e-6, "query_pre_attn_scalar": 256, "sliding_window": 4096,
+                "rope_theta": 1e6, "rope_local_base_freq": 1e4, "attn_logit_softcapping": None,
+                "final_logit_softcapping": None, "hidden_activation": "gelu_pytorch_tanh", "attention_bias": False}
+
+    def __init__(self, cfg, tensors, dtype):
+        composite = cfg["model_type"] == "gemma3"
+        tc = dict(self.DEFAULTS)
+        tc.update((cfg.get("text_config") or {}) if composite else cfg)
+        if composite:
+            # the Hub's names (language_model.model.*) and transformers 5's (model.language_model.*)
+            w = _strip({k: v for k, v in tensors.items() if "language_model" in k or k == "lm_head.weight"},
+                       ["language_model.model.", "model.language_model.", "language_model."])
+            tied = cfg.get("tie_word_embeddings", True)  # Gemma3Config's, not text_config's
+        else:
+            w = _strip(tensors, ["model."])
+            tied = tc.get("tie_word_embeddings", True)
+        self.w = {k: v.to(dtype) for k, v in w.items()}
+        self.cfg, self.dtype = tc, dtype  # run_reference reads cfg["vocab_size"]
+        if tc["hidden_activation"] != "gelu_pytorch_tanh" or tc["attention_bias"]:
+            raise NotImplementedError("hidden_activation/attention_bias")
+        if tc.get("use_bidirectional_attention"):
+            raise NotImplementedError("use_bidirectional_attention")
+        self.H, self.nh, self.nkv = tc["hidden_size"], tc["num_attention_heads"], tc["num_key_value_heads"]
+        self.hd, self.L, self.eps = tc["head_dim"], tc["num_hidden_layers"], tc["rms_norm_eps"]
+        self.scaling = tc["query_pre_attn_scalar"] ** -0.5
+        self.window = tc["sliding_window"]
+        self.attn_cap, self.final_cap = tc["attn_logit_softcapping"], tc["final_logit_softcapping"]
+        pattern = tc.get("sliding_window_pattern", 6)
+        self.types = tc.get("layer_types") or [
+            "sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(self.L)]
+        self.inv_freq = {}
+        for t in ("sliding_attention", "full_attention"):
+            theta = tc["rope_local_base_freq"] if t == "sliding_attention" else tc["rope_theta"]
+            inv = 1.0 / (theta ** (torch.arange(0, self.hd, 2, dtype=torch.int64).float() / self.hd))
+            rs = tc.get("rope_scaling") if t == "full_attention" else None
+            if rs:
+                kind = rs.get("rope_type", rs.get("type"))
+                if kind == "linear":
+                    inv = inv / rs["factor"]
+                elif kind != "default":
+                    raise NotImplementedError("rope_type " + kind)
+            self.inv_freq[t] = inv
+        if tied or "lm_head.weight" not in self.w:
+            if not tied:
+                raise ValueError("tie_word_embeddings is false but lm_head.weight is missing")
+            self.lm_head = self.w["embed_tokens.weight"]
+        else:
+            self.lm_head = self.w["lm_head.weight"]
+
+    def norm(self, x, weight):
+        up = _up(x.dtype)
+        y = x.to(up)
+        y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (y * (1.0 + weight.to(up))).type_as(x)
+
+    def rope(self, t, pos, dtype):
+        up = _up(dtype)
+        freqs = (self.inv_freq[t][:, None].to(up) @ pos[None, :].to(up)).transpose(0, 1)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(dtype), emb.sin().to(dtype)
+
+    @staticmethod
+    def rotate_half(x):
+        half = x.shape[-1] // 2
+        return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+    def lin(self, x, p):
+        return F.linear(x, self.w[p + ".weight"])
+
+    def forward(self, ids, cache, start):
+        T = ids.shape[0]
+        h = self.w["embed_tokens.weight"][ids] * torch.tensor(self.H ** 0.5, dtype=self.dtype)
+        pos = torch.arange(start, start + T)
+        ropes = {t: self.rope(t, pos, h.dtype) for t in set(self.types)}
+        groups = self.nh // self.nkv
+        new_cache = []
+        for i in range(self.L):
+            p = "layers.%d." % i
+            sliding = self.types[i] == "sliding_attention"
+            cos, sin = ropes[self.types[i]]
+            r = h
+            x = self.norm(h, self.w[p + "input_layernorm.weight"])
+            q = self.lin(x, p + "self_attn.q_proj").view(T, self.nh, self.hd).transpose(0, 1)
+            k = self.lin(x, p + "self_attn.k_proj").view(T, self.nkv, self.hd).transpose(0, 1)
+            v = self.lin(x, p + "self_attn.v_proj").view(T, self.nkv, self.hd).transpose(0, 1)
+            q = self.norm(q, self.w[p + "self_attn.q_norm.weight"])
+            k = self.norm(k, self.w[p + "self_attn.k_norm.weight"])
+            q = q * cos + self.rotate_half(q) * sin
+            k = k * cos + self.rotate_half(k) * sin
+            k, v = _kept(k, self.kv_dtype), _kept(v, self.kv_dtype)
+            if cache is not None:
+                k = torch.cat([cache[i][0], k], dim=1)
+                v = torch.cat([cache[i][1], v], dim=1)
+            S = k.shape[1]
+            # absolute positions: queries start..start+T-1, the S keys end at start+T-1
+            qpos = torch.arange(start, start + T).unsqueeze(1)
+            kpos = torch.arange(start + T - S, start + T).unsqueeze(0)
+            hide = kpos > qpos
+            if sliding and self.window is not None:
+                hide = hide | (kpos <= qpos - self.window)
+                new_cache.append((k[:, -(self.window - 1):] if self.window > 1 else k[:, :0],
+                                  v[:, -(self.window - 1):] if self.window > 1 else v[:, :0]))
+            else:
+                new_cache.append((k, v))
+            kr = k[:, None].expand(self.nkv, groups, S, self.hd).reshape(self.nh, S, self.hd)
+            vr = v[:, None].expand(self.nkv, groups, S, self.hd).reshape(self.nh, S, self.hd)
+            a = torch.matmul(q, kr.transpose(1, 2)) * self.scaling
+            if self.attn_cap is not None:
+                a = torch.tanh(a / self.attn_cap) * self.attn_cap
+            a = a + torch.zeros(T, S, dtype=a.dtype).masked_fill(hide, torch.finfo(a.dtype).min)
+            a = torch.softmax(a, dim=-1, dtype=_up(q.dtype)).to(q.dtype)
+            o = torch.matmul(a, vr).transpose(0, 1).reshape(T, self.nh * self.hd)
+            o = self.lin(o, p + "self_attn.o_proj")
+            h = r + self.norm(o, self.w[p + "post_attention_layernorm.weight"])
+            r = h
+            x = self.norm(h, self.w[p + "pre_feedforward_layernorm.weight"])
+            x = self.lin(F.gelu(self.lin(x, p + "mlp.gate_proj"), approximate="tanh") * self.lin(x, p + "mlp.up_proj"),
+                         p + "mlp.down_proj")
+            h = r + self.norm(x, self.w[p + "post_feedforward_layernorm.weight"])
+        h = self.norm(h, self.w["norm.weight"])
+        logits = F.linear(h, self.lm_head)
+        if self.final_cap is not None:
+            logits = torch.tanh(logits / self.final_cap) * self.final_cap
+        return logits.float(), new_cache
+
+
 def build_model(cfg, tensors, dtype=torch.float32):
     mt = cfg["model_type"]
     if mt == "gpt2":
@@ -345,6 +492,8 @@ def build_model(cfg, tensors, dtype=torch.float32):
         return LlamaLike(cfg, tensors, dtype)
     if mt == "opt":
         return OPT(cfg, tensors, dtype)
+    if mt in ("gemma3_text", "gemma3"):
+        return Gemma3(cfg, tensors, dtype)
     raise NotImplementedError("model_type " + mt)
 
 

@@ -179,7 +179,8 @@ def cli_checks(fam, ckpt):
         return
     check(dt < 3.0, "%s: run_reference took %.2f s" % (fam, dt))
     out = json.loads(p.stdout)
-    V = json.load(open(os.path.join(ckpt, "config.json")))["vocab_size"]
+    cfg = json.load(open(os.path.join(ckpt, "config.json")))
+    V = cfg["vocab_size"] if "vocab_size" in cfg else cfg["text_config"]["vocab_size"]  # gemma3 nests it
     check(set(out) == {"token_ids", "prefill_logits", "step_logits"}, "%s: JSON keys %s" % (fam, sorted(out)))
     check(len(out["token_ids"]) == NEW, "%s: token count" % fam)
     check(len(out["prefill_logits"]) == len(PROMPT) and all(len(r) == V for r in out["prefill_logits"]),

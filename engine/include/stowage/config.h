@@ -38,6 +38,14 @@ public:
     bool boolOr(const std::string& key, bool def) const;
     std::string stringOr(const std::string& key, const std::string& def) const;
     const nlohmann::json& raw() const { return m_raw; }
+    // The object under `key` as a config of its own (same path; its own
+    // model_type): a composite model's `text_config` / `vision_config`. An
+    // empty one when the key is absent or null, as transformers builds the
+    // sub-config from its class defaults then; InputError when not an object.
+    ModelConfig sub(const std::string& key) const;
+    // transformers' get_text_config(): `text_config` where config.json nests
+    // one (Gemma 3's composite model), else this config itself.
+    ModelConfig textConfig() const { return has("text_config") ? sub("text_config") : *this; }
 
 private:
     std::string m_path;

@@ -44,7 +44,9 @@ std::optional<Skeleton> buildSkeleton(const ModelConfig& config, DType dt, size_
         return std::nullopt;
     // Every layer holds several tensors; a config claiming more layers than
     // the weights hold tensors does not describe these weights.
-    const int64_t layers = config.integer(f->layersKey, f->defaultLayers);
+    // A composite model (Gemma 3) keeps its layer count in text_config.
+    const ModelConfig text = config.textConfig();
+    const int64_t layers = text.integer(f->layersKey, f->defaultLayers);
     if (storedTensors > 0 && layers > 0 && uint64_t(layers) > storedTensors)
         throw InputError(config.path(), std::string(f->layersKey) + " is " + std::to_string(layers) +
                                             ", but the weights hold only " + std::to_string(storedTensors) +
@@ -58,9 +60,9 @@ std::vector<std::string> expandUnits(const Family& family, const ModuleTree& tre
     std::vector<std::string> out;
     for (std::string unit : family.units) {
         const bool optional = !unit.empty() && unit.back() == '?';
-        const bool children = unit.size() > 2 && unit.compare(unit.size() - 2, 2, ".*") == 0;
         if (optional)
             unit.pop_back();
+        const bool children = unit.size() > 2 && unit.compare(unit.size() - 2, 2, ".*") == 0;
         if (children)
             unit.resize(unit.size() - 2);
         const int m = tree.find(unit);
@@ -89,7 +91,7 @@ std::string activationClass(const std::string& name)
     if (name == "gelu_fast")
         return "FastGELUActivation";
     if (name == "gelu_pytorch_tanh")
-        return "PytorchGELUTanh";
+        return "GELUTanh"; // transformers 5.6 ACT2CLS (PytorchGELUTanh before 4.5x)
     if (name == "quick_gelu")
         return "QuickGELUActivation";
     if (name == "relu")

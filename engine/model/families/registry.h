@@ -10,6 +10,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace stowage::arch {
@@ -21,6 +22,12 @@ struct Skeleton {
     std::string basePrefix;
     // Stored tensors transformers ignores when loading (regex-free suffixes).
     std::vector<std::string> ignoredSuffixes;
+    // Older layouts of the same model, as transformers' checkpoint conversion
+    // mapping renames them on load: {module-name prefix, stored prefix}, each
+    // tried in order after the name itself (Gemma 3's Hub files keep
+    // "language_model.model." where 5.6 builds "model.language_model.").
+    // Prefixes end at a dot boundary; one module prefix may have several.
+    std::vector<std::pair<std::string, std::string>> storedPrefixes;
 };
 
 // A family's row of the registry, defined by its skeleton file as
@@ -41,8 +48,9 @@ struct Family {
     AttentionShape (*attention)(const ModelConfig& config) = nullptr;
     // The execution units in the order the runner runs them, as module names
     // of the skeleton: "a.b" the module a.b; "a.b.*" each child of a.b in
-    // order (the decoder layers); "a.b?" a.b where the skeleton has it (a
-    // config option may leave it out). expandUnits() reads them.
+    // order (the decoder layers); "a.b?" (or "a.b.*?") a.b where the skeleton
+    // has it (a config option, or which of the family's model types it is,
+    // may leave it out). expandUnits() reads them.
     std::vector<std::string> units;
 
     // Filled by the registry from families.def, not by the family's file.

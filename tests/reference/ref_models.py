@@ -4,7 +4,8 @@ Each model exposes forward(input_ids[T], cache, start) -> (logits[T, V], cache),
 batch size 1, where cache is a per-layer list of (k, v) tensors shaped
 [heads, seq, head_dim] (None before the prefill), rounded to the model's
 kv_dtype where one is set. forward(ids, None, 0) on a
-whole sequence is the no-cache path.
+whole sequence is the no-cache path. A model with drops_cache(past, new)
+(Phi-3's longrope) has generate() rerun the whole sequence where it says so.
 """
 import math
 

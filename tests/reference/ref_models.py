@@ -269,6 +269,8 @@ class Phi3:
         self.L = cfg.get("num_hidden_layers", 32)
         self.eps = cfg.get("rms_norm_eps", 1e-5)
         self.scaling = self.hd ** -0.5
+        # Phi3Model: create_sliding_window_causal_mask when sliding_window is set
+        self.window = cfg.get("sliding_window")
         if cfg.get("hidden_act", "silu") != "silu":
             raise NotImplementedError(cfg.get("hidden_act"))
         # Phi3Config.convert_rope_params_to_dict: `rope_scaling or rope_parameters`;
@@ -373,7 +375,13 @@ class Phi3:
             kr = k[:, None].expand(self.nkv, groups, S, self.hd).reshape(self.nh, S, self.hd)
             vr = v[:, None].expand(self.nkv, groups, S, self.hd).reshape(self.nh, S, self.hd)
             a = torch.matmul(q, kr.transpose(1, 2)) * self.scaling
-            a = a + _causal_bias(T, S, a.dtype)
+            bias = _causal_bias(T, S, a.dtype)
+            if self.window is not None:
+                # sliding_window_overlay: key j visible from query i only when j > i - window
+                qi = torch.arange(T).unsqueeze(1) + (S - T)
+                kj = torch.arange(S).unsqueeze(0)
+                bias = bias.masked_fill(kj <= qi - self.window, torch.finfo(a.dtype).min)
+            a = a + bias
             a = torch.softmax(a, dim=-1, dtype=_up(q.dtype)).to(q.dtype)
             o = torch.matmul(a, vr).transpose(0, 1).reshape(T, qn)
             h = r + F.linear(o, self.w[p + "self_attn.o_proj.weight"])  # resid_attn_dropout: identity

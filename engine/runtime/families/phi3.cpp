@@ -1,8 +1,8 @@
 // Phi-3 and Phi-4-mini, following transformers 5.6's modeling_phi3.py: a
 // Llama whose q/k/v and gate/up projections are each one Linear (split after
 // the product, as Phi3Attention and Phi3MLP slice theirs), with partial
-// rotary (the first int(head_dim * partial_rotary_factor) dims of each head)
-// and the `default` or `longrope` rope (modeling_rope_utils.py).
+// rotary (the first int(head_dim * partial_rotary_factor) dims of each head),
+// the `default` or `longrope` rope (modeling_rope_utils.py) and a sliding window.
 #include "runner.h"
 
 #include "stowage/error.h"
@@ -29,6 +29,11 @@ public:
         if (c.stringOr("hidden_act", "silu") != "silu")
             throw InputError(c.path(), "hidden_act \"" + c.stringOr("hidden_act", "") + "\": only silu is run for phi3");
         readRope(c);
+        if (auto it = c.raw().find("sliding_window"); it != c.raw().end() && !it->is_null()) {
+            if (!it->is_number_integer() || it->get<int64_t>() < 1)
+                throw InputError(c.path(), "sliding_window must be a positive integer or null");
+            m_window = it->get<int64_t>();
+        }
     }
     int64_t vocabSize() const override { return m_vocab; }
     int64_t layers() const override { return m_layers; }
@@ -83,7 +88,7 @@ private:
             q = rotatePart(q, cos, sin);
             k = rotatePart(k, cos, sin);
             auto [kk, vv] = appendCache(cache[size_t(l)], k, v);
-            at::Tensor o = attention(q, kk, vv, std::pow(double(m_headDim), -0.5)); // Phi3Attention.scaling
+            at::Tensor o = attend(q, kk, vv, past);
             o = T == 1 && o.is_contiguous() ? o.view({1, qRows}) : o.transpose(1, 2).reshape({T, qRows});
             h = addDense(h, o, u.w("self_attn.o_proj.weight"));
             x = rmsNorm(h, u.w("post_attention_layernorm.weight"), m_eps);
@@ -98,6 +103,30 @@ private:
         }
         UnitScope u(m_store, "lm_head", h);
         return logits(h, u.w("weight"));
+    }
+
+    // Phi3Model masks with create_sliding_window_causal_mask when config.sliding_window
+    // is set (Phi-3-mini-4k: 2047): query i sees keys j with i - window < j <= i.
+    at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t past) const
+    {
+        const double scale = std::pow(double(m_headDim), -0.5); // Phi3Attention.scaling
+        const int64_t S = k.size(2), T = q.size(2);
+        if (!m_window || S <= *m_window)
+            return attention(q, k, v, scale);
+        const int64_t W = *m_window;
+        if (T == 1) // the newest position: the last W keys
+            return attention(q, k.narrow(2, S - W, W), v.narrow(2, S - W, W), scale);
+        // Several positions: eager attention with the banded mask.
+        at::Tensor kk = k.to(q.scalar_type()), vv = v.to(q.scalar_type());
+        if (m_heads != m_kvHeads) { // repeat_kv: key head j serves query heads j*g .. j*g+g-1
+            kk = kk.repeat_interleave(m_heads / m_kvHeads, 1);
+            vv = vv.repeat_interleave(m_heads / m_kvHeads, 1);
+        }
+        at::Tensor w = at::matmul(q, kk.transpose(2, 3)) * scale;
+        at::Tensor i = at::arange(past, past + T, at::kLong).unsqueeze(1), j = at::arange(0, S, at::kLong).unsqueeze(0);
+        at::Tensor hidden = at::logical_or(j > i, j <= i - W).to(w.device());
+        w = at::softmax(w.masked_fill(hidden, -INFINITY), -1, at::kFloat).to(q.scalar_type());
+        return at::matmul(w, vv);
     }
 
     // apply_rotary_pos_emb: rotary over the first m_rotary dims of each head,
@@ -219,6 +248,7 @@ private:
     int64_t m_originalMax = 0;
     double m_attentionScaling = 1.0;
     at::Tensor m_invShort, m_invLong;
+    std::optional<int64_t> m_window;
     std::vector<int64_t> m_ids;
 };
 

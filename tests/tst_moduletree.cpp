@@ -52,6 +52,9 @@ private slots:
     void unknownFamilyFromNames();
     void optWithoutModelPrefix();
     void qwenVariants();
+    void phi3Tree();
+    void phi4MiniLikeTree();
+    void phi3RealSizes();
     void defaultDTypeAsTransformers();
     void impossibleConfigValues_data();
     void impossibleConfigValues();
@@ -277,6 +280,133 @@ void TestModuleTree::qwenVariants()
     }
 }
 
+void TestModuleTree::phi3Tree()
+{
+    // Phi3ForCausalLM as transformers 5.6 builds it (modeling_phi3.py): no
+    // embedding dropout; Phi3Attention defines o_proj before qkv_proj; the
+    // decoder layer ends with its two residual dropouts; rotary_emb after norm.
+    auto d = dir("phi3");
+    fixtures::Phi3Shape s{100, 32, 48, 2, 4, 4, false};
+    fixtures::writeSharded(d, fixtures::phi3Tensors(s, DType::F32), 1, false, /*writeShards=*/false);
+    fixtures::writeJson(d + "/config.json", fixtures::phi3Config(s, DType::F32));
+    ModuleTree t = buildModuleTree(Checkpoint::open(d), std::nullopt);
+    std::vector<std::string> names;
+    for (size_t i = 0; i < 20; ++i)
+        names.push_back(t.modules()[i].name + ":" + t.modules()[i].className);
+    QCOMPARE(names, (std::vector<std::string>{
+                        ":Phi3ForCausalLM", "model:Phi3Model", "model.embed_tokens:Embedding",
+                        "model.layers:ModuleList", "model.layers.0:Phi3DecoderLayer",
+                        "model.layers.0.self_attn:Phi3Attention", "model.layers.0.self_attn.o_proj:Linear",
+                        "model.layers.0.self_attn.qkv_proj:Linear", "model.layers.0.mlp:Phi3MLP",
+                        "model.layers.0.mlp.gate_up_proj:Linear", "model.layers.0.mlp.down_proj:Linear",
+                        "model.layers.0.mlp.activation_fn:SiLU", "model.layers.0.input_layernorm:Phi3RMSNorm",
+                        "model.layers.0.post_attention_layernorm:Phi3RMSNorm",
+                        "model.layers.0.resid_attn_dropout:Dropout", "model.layers.0.resid_mlp_dropout:Dropout",
+                        "model.layers.1:Phi3DecoderLayer", "model.layers.1.self_attn:Phi3Attention",
+                        "model.layers.1.self_attn.o_proj:Linear", "model.layers.1.self_attn.qkv_proj:Linear"}));
+    const size_t n = t.modules().size();
+    QCOMPARE(t.modules()[n - 3].name + ":" + t.modules()[n - 3].className, std::string("model.norm:Phi3RMSNorm"));
+    QCOMPARE(t.modules()[n - 2].name + ":" + t.modules()[n - 2].className,
+             std::string("model.rotary_emb:Phi3RotaryEmbedding"));
+    QCOMPARE(t.modules()[n - 1].name + ":" + t.modules()[n - 1].className, std::string("lm_head:Linear"));
+    // head_dim 32 / 4 = 8; qkv_proj (4 + 2 x 4) x 8 = 96 rows; gate_up_proj 2 x 48.
+    QCOMPARE(t.params()[size_t(t.findParam("model.layers.0.self_attn.qkv_proj.weight"))].shape,
+             (std::vector<int64_t>{96, 32}));
+    QCOMPARE(t.params()[size_t(t.findParam("model.layers.0.mlp.gate_up_proj.weight"))].shape,
+             (std::vector<int64_t>{96, 32}));
+    QVERIFY(t.findParam("model.layers.0.self_attn.qkv_proj.bias") < 0);
+    // inv_freq and original_inv_freq: float32, arange(0, 8, 2) = 4 each, not saved.
+    QCOMPARE(t.buffers().size(), size_t(2));
+    QCOMPARE(t.buffers()[0].name, std::string("model.rotary_emb.inv_freq"));
+    QCOMPARE(t.buffers()[1].name, std::string("model.rotary_emb.original_inv_freq"));
+    for (const Buffer& b : t.buffers()) {
+        QCOMPARE(b.shape, std::vector<int64_t>{4});
+        QCOMPARE(b.dtype, DType::F32);
+        QVERIFY(!b.persistent);
+    }
+    // Untied (Phi3Config's default): embed 100 x 32 = 3,200; a layer o 1,024 +
+    // qkv 3,072 + gate_up 3,072 + down 1,536 + 2 norms 64 = 8,768; norm 32;
+    // lm_head 3,200: 23,968 parameters, 4 bytes each, + 2 x 4 x 4 buffer bytes.
+    QVERIFY(t.tiedGroups().empty());
+    QCOMPARE(t.root().paramCount, uint64_t(23'968));
+    QCOMPARE(t.root().bytes, uint64_t(4 * 23'968 + 32));
+    QCOMPARE(bytesOf(t, "model.layers.0"), uint64_t(4 * 8'768));
+    QCOMPARE(t.noSplitClasses(), std::vector<std::string>{"Phi3DecoderLayer"});
+    QVERIFY(t.missing().empty());
+}
+
+void TestModuleTree::phi4MiniLikeTree()
+{
+    // Phi-4-mini's traits at a small size: grouped-query attention, tied
+    // embeddings, partial_rotary_factor 0.75 and longrope.
+    auto d = dir("phi4mini");
+    fixtures::Phi3Shape s{100, 32, 48, 2, 4, 2, true, 0.75, true};
+    fixtures::writeSharded(d, fixtures::phi3Tensors(s, DType::BF16), 1, false, /*writeShards=*/false);
+    fixtures::writeJson(d + "/config.json", fixtures::phi3Config(s, DType::BF16));
+    ModuleTree t = buildModuleTree(Checkpoint::open(d), std::nullopt);
+    QCOMPARE(*t.dtype(), DType::BF16);
+    // qkv_proj (4 + 2 x 2) x 8 = 64 rows.
+    QCOMPARE(t.params()[size_t(t.findParam("model.layers.1.self_attn.qkv_proj.weight"))].shape,
+             (std::vector<int64_t>{64, 32}));
+    // rotary dims int(8 x 0.75) = 6: arange(0, 6, 2) = 3 frequencies, float32 in a bf16 model.
+    QCOMPARE(t.buffers().size(), size_t(2));
+    for (const Buffer& b : t.buffers()) {
+        QCOMPARE(b.shape, std::vector<int64_t>{3});
+        QCOMPARE(b.dtype, DType::F32);
+    }
+    QCOMPARE(bytesOf(t, "model.rotary_emb"), uint64_t(2 * 3 * 4));
+    // Tied: lm_head.weight is embed_tokens.weight, counted once and absent from the files.
+    QCOMPARE(t.tiedGroups(), (std::vector<std::vector<std::string>>{{"lm_head.weight", "model.embed_tokens.weight"}}));
+    QVERIFY(t.missing().empty());
+    // embed 3,200; a layer o 1,024 + qkv 2,048 + gate_up 3,072 + down 1,536 +
+    // norms 64 = 7,744; norm 32; lm_head tied: 18,720 parameters, 2 bytes each
+    // in bf16, + 24 bytes of float32 buffers.
+    QCOMPARE(t.root().paramCount, uint64_t(18'720));
+    QCOMPARE(t.root().bytes, uint64_t(2 * 18'720 + 24));
+    QCOMPARE(bytesOf(t, "lm_head"), uint64_t(0));
+
+    // The rope dict's partial_rotary_factor beats the top level for the default
+    // rope (setdefault in Phi3Config.convert_rope_params_to_dict); for longrope
+    // the top level wins (standardize_rope_params, run again by
+    // _compute_longrope_parameters, copies the attribute over the dict's).
+    nlohmann::json c = fixtures::phi3Config(s, DType::BF16);
+    c["rope_scaling"] = {{"rope_type", "default"}, {"partial_rotary_factor", 0.5}};
+    auto d2 = dir("phi4mini-default-rope");
+    fixtures::writeSharded(d2, fixtures::phi3Tensors(s, DType::BF16), 1, false, false);
+    fixtures::writeJson(d2 + "/config.json", c);
+    QCOMPARE(buildModuleTree(Checkpoint::open(d2), std::nullopt).buffers()[0].shape, std::vector<int64_t>{2}); // 8 x 0.5
+    c["rope_scaling"] = fixtures::phi3Config(s, DType::BF16)["rope_scaling"];
+    c["rope_scaling"]["partial_rotary_factor"] = 0.5;
+    fixtures::writeJson(d2 + "/config.json", c);
+    QCOMPARE(buildModuleTree(Checkpoint::open(d2), std::nullopt).buffers()[0].shape, std::vector<int64_t>{3}); // 8 x 0.75
+}
+
+void TestModuleTree::phi3RealSizes()
+{
+    // Parameter counts of the real checkpoints, index only.
+    // Phi-3-mini-4k-instruct: embed 32,064 x 3,072 = 98,500,608 (and lm_head
+    // again, untied); a layer o 9,437,184 + qkv 9,216 x 3,072 = 28,311,552 +
+    // gate_up 50,331,648 + down 25,165,824 + norms 6,144 = 113,252,352, x 32;
+    // norm 3,072: 3,821,079,552.
+    auto d = dir("phi3-mini");
+    fixtures::Phi3Shape mini{32064, 3072, 8192, 32, 32, 32, false};
+    fixtures::writeSharded(d, fixtures::phi3Tensors(mini, DType::BF16), 2, true, false);
+    fixtures::writeJson(d + "/config.json", fixtures::phi3Config(mini, DType::BF16));
+    QCOMPARE(buildModuleTree(Checkpoint::open(d), std::nullopt).root().paramCount, uint64_t(3'821'079'552ull));
+    // Phi-4-mini-instruct: embed 200,064 x 3,072 = 614,596,608 (tied); a layer
+    // o 9,437,184 + qkv (24 + 16) x 128 x 3,072 = 15,728,640 + gate_up
+    // 50,331,648 + down 25,165,824 + norms 6,144 = 100,669,440, x 32; norm
+    // 3,072: 3,836,021,760. Rotary dims 128 x 0.75 = 96: 48 float32 each.
+    auto d4 = dir("phi4-mini");
+    fixtures::Phi3Shape four{200064, 3072, 8192, 32, 24, 8, true, 0.75, true};
+    fixtures::writeSharded(d4, fixtures::phi3Tensors(four, DType::BF16), 2, true, false);
+    fixtures::writeJson(d4 + "/config.json", fixtures::phi3Config(four, DType::BF16));
+    ModuleTree t = buildModuleTree(Checkpoint::open(d4), std::nullopt);
+    QCOMPARE(t.root().paramCount, uint64_t(3'836'021'760ull));
+    QCOMPARE(t.buffers()[0].shape, std::vector<int64_t>{48});
+    QCOMPARE(t.root().bytes, uint64_t(2 * 3'836'021'760ull + 2 * 48 * 4));
+}
+
 void TestModuleTree::defaultDTypeAsTransformers()
 {
     // No dtype asked for (transformers' dtype="auto"): config.json's `dtype`, then
@@ -337,7 +467,7 @@ void TestModuleTree::impossibleConfigValues()
 void TestModuleTree::familyRegistry()
 {
     QCOMPARE(knownModelTypes(), (std::vector<std::string>{"gpt2", "llama", "mistral", "qwen2", "qwen3", "opt",
-                                                          "gemma3_text", "gemma3"}));
+                                                          "gemma3_text", "gemma3", "phi3"}));
     QCOMPARE(archOf("gemma3_text"), std::optional<Arch>(Arch::gemma3));
     QCOMPARE(archOf("gemma3"), std::optional<Arch>(Arch::gemma3));
     QCOMPARE(familyOf("gemma3_text"), std::optional<std::string>("gemma3"));
@@ -345,6 +475,10 @@ void TestModuleTree::familyRegistry()
     // Gemma's tokenizer puts <bos> first (add_bos_token true)
     QVERIFY(addsBosByDefault("gemma3_text"));
     QVERIFY(addsBosByDefault("gemma3"));
+    QCOMPARE(archOf("phi3"), std::optional<Arch>(Arch::phi3));
+    QCOMPARE(familyOf("phi3"), std::optional<std::string>("phi3"));
+    // Phi-3's tokenizer is the Llama one (add_bos_token defaults to True).
+    QVERIFY(addsBosByDefault("phi3"));
     QCOMPARE(archOf("gpt2"), std::optional<Arch>(Arch::gpt2));
     QCOMPARE(archOf("mistral"), std::optional<Arch>(Arch::llama));
     QCOMPARE(archOf("qwen3"), std::optional<Arch>(Arch::llama));
@@ -680,6 +814,12 @@ void TestModuleTree::executionUnits_data()
     nlohmann::json qwen3 = llama;
     qwen3["model_type"] = "qwen3";
     QTest::newRow("qwen3") << QByteArray::fromStdString(qwen3.dump()) << llamaUnits;
+    nlohmann::json phi3 = llama;
+    phi3["model_type"] = "phi3";
+    QTest::newRow("phi3, tied") << QByteArray::fromStdString(phi3.dump()) << llamaUnits;
+    phi3["tie_word_embeddings"] = false;
+    phi3["partial_rotary_factor"] = 0.5;
+    QTest::newRow("phi3, untied") << QByteArray::fromStdString(phi3.dump()) << llamaUnits;
     QTest::newRow("opt")
         << QByteArray::fromStdString(opt.dump())
         << QStringList{"model.decoder.embed_tokens", "model.decoder.embed_positions", "model.decoder.layers.0",

@@ -98,6 +98,7 @@ private slots:
     void kvCacheReservesRoom();
     void propertiesOverRandomBudgets();
     void rotaryBuffersChangeTheMap();
+    void phi3PlannedBeforeDownload();
     void tiedHeadChangesBalancedBudget();
     void meanLeafDefinitions();
     void rootBuffersAreQueuedLast();
@@ -516,6 +517,44 @@ void TestPlanner::rotaryBuffersChangeTheMap()
     QCOMPARE(QString::fromStdString(mapText(plan(tf, b, Strategy::Sequential, std::nullopt, Reference::Accelerate).deviceMap)),
              QString("'':0"));
     QCOMPARE(tf.root().bytes, uint64_t(584'896));
+}
+
+void TestPlanner::phi3PlannedBeforeDownload()
+{
+    // A tiny untied Phi-3 planned from config.json and the index alone, float32,
+    // partial_rotary_factor 0.5: vocab 1,000, hidden 64, intermediate 96, 3 layers,
+    // 4 heads (head_dim 16, rotary dims 8).
+    // embed 1,000 x 64 x 4 = 256,000; a layer: o_proj 64 x 64 + qkv_proj 192 x 64 +
+    // gate_up_proj 192 x 64 + down_proj 64 x 96 + 2 norms x 64 = 34,944 x 4 = 139,776;
+    // norm 256; rotary_emb inv_freq + original_inv_freq, arange(0, 8, 2) = 4 float32
+    // each: 32; lm_head 256,000. model = 256,000 + 3 x 139,776 + 256 + 32 = 675,616,
+    // total 931,616.
+    const std::string d = path("phi3-index");
+    fs::create_directories(d);
+    fixtures::Phi3Shape s{1000, 64, 96, 3, 4, 4, false, 0.5};
+    fixtures::writeSharded(d, fixtures::phi3Tensors(s, DType::F32), 2, false, /*writeShards=*/false);
+    fixtures::writeJson(d + "/config.json", fixtures::phi3Config(s, DType::F32));
+    Checkpoint ck = Checkpoint::open(d);
+    QVERIFY(ck.indexOnly());
+    ModuleTree t = buildModuleTree(ck, DType::F32);
+    QCOMPARE(t.root().bytes, uint64_t(931'616));
+    // Sequential, GPU 0 = 931,616: the largest layer still to place is embed /
+    // lm_head (256,000 > a decoder layer's 139,776), kept free on the main device:
+    // model 675,616 <= 931,616 - 256,000 = 675,616 fits; lm_head is then the last
+    // module and needs no reserve: 931,616 <= 931,616.
+    QCOMPARE(QString::fromStdString(mapText(plan(t, budgets({{"0", 931'616}, {"cpu", 1e9}})).deviceMap)),
+             QString("'':0"));
+    // One byte less: model (675,616 > 675,615) is split; embed, layers and norm fit
+    // (675,584), rotary_emb's 32 bytes do not (675,616) and it has no children, so it
+    // and lm_head go to cpu. Rotary buffers of the full head_dim (64 bytes) would have
+    // split the model at 931,616 already.
+    QCOMPARE(QString::fromStdString(mapText(plan(t, budgets({{"0", 931'615}, {"cpu", 1e9}})).deviceMap)),
+             QString("model.embed_tokens:0, model.layers:0, model.norm:0, model.rotary_emb:cpu, lm_head:cpu"));
+    // GPU 0 = 600,000 keeps 256,000: embed fits (256,000 <= 344,000), layers.0
+    // (395,776) does not and Phi3DecoderLayer is no-split, so the rest goes to cpu,
+    // where model.layers merges and moves to the end (clean_device_map).
+    QCOMPARE(QString::fromStdString(mapText(plan(t, budgets({{"0", 600'000}, {"cpu", 1e9}})).deviceMap)),
+             QString("model.embed_tokens:0, model.norm:cpu, model.rotary_emb:cpu, lm_head:cpu, model.layers:cpu"));
 }
 
 void TestPlanner::tiedHeadChangesBalancedBudget()

@@ -69,7 +69,8 @@ void TestReference::matchesReference_data()
     QTest::addColumn<bool>("keepF16"); // load in the checkpoint's fp16, not widened to fp32
     for (const char* placement : {"cpu", "offloaded", "simulated-gpu"}) {
         for (const char* family :
-             {"gpt2", "llama", "llama3", "mistral", "qwen2", "qwen3", "opt", "opt-proj", "gemma3_text", "gemma3"})
+             {"gpt2", "llama", "llama3", "mistral", "qwen2", "qwen3", "opt", "opt-proj", "gemma3_text", "gemma3",
+              "phi3", "phi4mini"})
             QTest::addRow("%s %s", family, placement) << QStringList{"--family", family} << placement << false;
         // Gemma 3's composite model in the Hub's names, untied (its head as
         // language_model.lm_head.weight), bf16 in three shards (computed in
@@ -84,6 +85,12 @@ void TestReference::matchesReference_data()
         QTest::addRow("llama untied bf16 sharded %s", placement)
             << QStringList{"--family", "llama", "--dtype", "bfloat16", "--shards", "3", "--untied"} << placement << false;
         QTest::addRow("opt pre-ln %s", placement) << QStringList{"--family", "opt-proj", "--pre-ln"} << placement << false;
+        // phi4mini passes original_max_position_embeddings (16) while decoding:
+        // long_factor from then on, the cache recomputed once (make_checkpoint.py).
+        QTest::addRow("phi3 bf16 sharded %s", placement)
+            << QStringList{"--family", "phi3", "--dtype", "bfloat16", "--shards", "2"} << placement << false;
+        QTest::addRow("phi4mini bf16 untied %s", placement)
+            << QStringList{"--family", "phi4mini", "--dtype", "bfloat16", "--untied"} << placement << false;
     }
     // fp16 checkpoints computed from their fp16 weights on the CPU (widened
     // as the kernels read them, exact) and with their cache in fp16: the

@@ -3,7 +3,7 @@
 
 Usage:
   make_checkpoint.py --family {gpt2,llama,llama3,mistral,qwen2,qwen3,opt,opt-proj,
-                               gemma3_text,gemma3}
+                               gemma3_text,gemma3,phi3,phi4mini}
                      --out DIR [--seed N] [--dtype float32|bfloat16|float16]
                      [--shards K] [--tied | --untied] [--no-prefix]
                      [--pre-ln | --post-ln]   (opt families only)
@@ -31,7 +31,7 @@ import st_io  # noqa: E402
 
 TRANSFORMERS_VERSION = "4.46.0"
 FAMILIES = ["gpt2", "llama", "llama3", "mistral", "qwen2", "qwen3", "opt", "opt-proj",
-            "gemma3_text", "gemma3"]
+            "gemma3_text", "gemma3", "phi3", "phi4mini"]
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -303,6 +303,80 @@ def gemma3_config(tied):
     if not tied:
         c["tie_word_embeddings"] = False
     return c
+def phi3_config(family, tied):
+    """Phi3Config fields as microsoft/Phi-3-mini-4k-instruct (phi3: default rope) and
+    microsoft/Phi-4-mini-instruct (phi4mini: longrope, partial_rotary_factor 0.75,
+    grouped-query attention) write them, at tiny sizes. phi3's sliding_window is 4
+    (Phi-3-mini-4k: 2047) so that a test's prompt and decoding both pass it."""
+    if family == "phi3":
+        v = 320
+        return {
+            "architectures": ["Phi3ForCausalLM"],
+            "attention_bias": False,
+            "attention_dropout": 0.0,
+            "bos_token_id": 1,
+            "embd_pdrop": 0.0,
+            "eos_token_id": 300,
+            "hidden_act": "silu",
+            "hidden_size": 64,
+            "initializer_range": 0.02,
+            "intermediate_size": 96,
+            "max_position_embeddings": 256,
+            "model_type": "phi3",
+            "num_attention_heads": 4,
+            "num_hidden_layers": 2,
+            "num_key_value_heads": 4,
+            "original_max_position_embeddings": 256,
+            "pad_token_id": 300,
+            "resid_pdrop": 0.0,
+            "rms_norm_eps": 1e-05,
+            "rope_scaling": None,
+            "rope_theta": 10000.0,
+            "sliding_window": 4,
+            "tie_word_embeddings": tied,
+            "use_cache": True,
+            "vocab_size": v,
+        }
+    if family == "phi4mini":
+        v = 352
+        # head_dim 64 / 4 = 16, rotary dims int(16 * 0.75) = 12: six factors each.
+        # original_max_position_embeddings 16 (Phi-4-mini: 4096) so that a test's
+        # sequence passes it: the prefill uses short_factor, decoding switches to
+        # long_factor at 17 positions (and drops the cache once, as generate does).
+        # factor = 64 / 16 = 4: attention_factor sqrt(1 + ln 4 / ln 16) = sqrt(1.5).
+        return {
+            "architectures": ["Phi3ForCausalLM"],
+            "attention_bias": False,
+            "attention_dropout": 0.0,
+            "bos_token_id": v - 1,
+            "embd_pdrop": 0.0,
+            "eos_token_id": v - 1,
+            "hidden_act": "silu",
+            "hidden_size": 64,
+            "initializer_range": 0.02,
+            "intermediate_size": 128,
+            "max_position_embeddings": 64,
+            "model_type": "phi3",
+            "num_attention_heads": 4,
+            "num_hidden_layers": 3,
+            "num_key_value_heads": 2,
+            "original_max_position_embeddings": 16,
+            "pad_token_id": v - 1,
+            "partial_rotary_factor": 0.75,
+            "resid_pdrop": 0.0,
+            "rms_norm_eps": 1e-05,
+            "rope_scaling": {
+                "long_factor": [1.0, 1.25, 2.5, 5.0, 9.0, 20.0],
+                "short_factor": [1.0, 1.0, 1.1, 1.3, 1.6, 2.0],
+                "type": "longrope",
+            },
+            "rope_theta": 10000.0,
+            "sliding_window": 262144,
+            "tie_word_embeddings": tied,
+            "use_cache": True,
+            "vocab_size": v,
+        }
+    raise ValueError(family)
 
 
 # ----------------------------------------------------------------------------- tensor layouts
@@ -350,6 +424,26 @@ def llama_like_layout(family, c, prefix, tied):
         t += [(l + "post_attention_layernorm.weight", [H], "norm"),
               (l + "mlp.gate_proj.weight", [I, H], "linear"),
               (l + "mlp.up_proj.weight", [I, H], "linear"),
+              (l + "mlp.down_proj.weight", [H, I], "linear")]
+    t.append((p + "norm.weight", [H], "norm"))
+    if not tied:
+        t.append(("lm_head.weight", [V, H], "embed"))
+    return t
+
+
+def phi3_layout(c, prefix, tied):
+    H, V, I = c["hidden_size"], c["vocab_size"], c["intermediate_size"]
+    nh, nkv = c["num_attention_heads"], c["num_key_value_heads"]
+    hd = H // nh
+    p = "model." if prefix else ""
+    t = [(p + "embed_tokens.weight", [V, H], "embed")]
+    for i in range(c["num_hidden_layers"]):
+        l = "%slayers.%d." % (p, i)
+        t += [(l + "input_layernorm.weight", [H], "norm"),
+              (l + "self_attn.qkv_proj.weight", [(nh + 2 * nkv) * hd, H], "linear"),
+              (l + "self_attn.o_proj.weight", [H, nh * hd], "linear"),
+              (l + "post_attention_layernorm.weight", [H], "norm"),
+              (l + "mlp.gate_up_proj.weight", [2 * I, H], "linear"),
               (l + "mlp.down_proj.weight", [H, I], "linear")]
     t.append((p + "norm.weight", [H], "norm"))
     if not tied:
@@ -495,6 +589,9 @@ def build(family, seed, tied, prefix, pre_ln):
     elif family == "gemma3":
         cfg = gemma3_config(tied)
         layout = gemma3_layout(cfg, tied)
+    elif family in ("phi3", "phi4mini"):
+        cfg = phi3_config(family, tied)
+        layout = phi3_layout(cfg, prefix, tied)
     else:
         cfg = llama_like_config(family, tied)
         layout = llama_like_layout(family, cfg, prefix, tied)
@@ -566,7 +663,7 @@ def write(out, cfg, tensors, dtype_name, shards):
 
 DEFAULT_TIED = {"gpt2": True, "llama": False, "llama3": True, "mistral": False,
                 "qwen2": True, "qwen3": True, "opt": True, "opt-proj": True,
-                "gemma3_text": True, "gemma3": True}
+                "gemma3_text": True, "gemma3": True, "phi3": False, "phi4mini": True}
 DEFAULT_PRE_LN = {"opt": True, "opt-proj": False}  # opt-proj mirrors opt-350m (post-LN)
 
 
@@ -582,7 +679,7 @@ def main(argv=None):
     g.add_argument("--untied", dest="tied", action="store_false")
     ap.add_argument("--no-prefix", action="store_true",
                     help="base-model layout: gpt2 'h.0...' (+attn.bias/masked_bias buffers), "
-                         "llama family 'layers.0...', opt 'decoder.layers.0...'; implies tied")
+                         "llama and phi3 families 'layers.0...', opt 'decoder.layers.0...'; implies tied")
     g2 = ap.add_mutually_exclusive_group()
     g2.add_argument("--pre-ln", dest="pre_ln", action="store_true", default=None)
     g2.add_argument("--post-ln", dest="pre_ln", action="store_false")

@@ -4,7 +4,8 @@ Each model exposes forward(input_ids[T], cache, start) -> (logits[T, V], cache),
 batch size 1, where cache is a per-layer list of (k, v) tensors shaped
 [heads, seq, head_dim] (None before the prefill), rounded to the model's
 kv_dtype where one is set. forward(ids, None, 0) on a
-whole sequence is the no-cache path.
+whole sequence is the no-cache path. A model with drops_cache(past, new)
+(Phi-3's longrope) has generate() rerun the whole sequence where it says so.
 """
 import math
 
@@ -244,6 +245,150 @@ class LlamaLike:
             x = self.lin(F.silu(self.lin(x, p + "mlp.gate_proj")) * self.lin(x, p + "mlp.up_proj"),
                          p + "mlp.down_proj")
             h = r + x
+        h = self.rms(h, self.w["norm.weight"])
+        return F.linear(h, self.lm_head).float(), new_cache
+
+
+# ============================================================================ Phi-3
+
+class Phi3:
+    """modeling_phi3.Phi3ForCausalLM (transformers 5.6), eager attention: a Llama with
+    fused projections (qkv_proj rows = q heads, k heads, v heads; gate_up_proj rows =
+    gate, up), partial rotary and the default or longrope rope."""
+
+    kv_dtype = None  # the cache's dtype where it differs (_kept)
+
+    def __init__(self, cfg, tensors, dtype):
+        w = {k: v.to(dtype) for k, v in _strip(tensors, ["model."]).items()}
+        self.w, self.cfg, self.dtype = w, cfg, dtype
+        self.H = cfg.get("hidden_size", 3072)
+        self.nh = cfg.get("num_attention_heads", 32)
+        self.nkv = cfg.get("num_key_value_heads") or self.nh
+        self.hd = cfg.get("head_dim") or self.H // self.nh
+        self.I = cfg.get("intermediate_size", 8192)
+        self.L = cfg.get("num_hidden_layers", 32)
+        self.eps = cfg.get("rms_norm_eps", 1e-5)
+        self.scaling = self.hd ** -0.5
+        # Phi3Model: create_sliding_window_causal_mask when sliding_window is set
+        self.window = cfg.get("sliding_window")
+        if cfg.get("hidden_act", "silu") != "silu":
+            raise NotImplementedError(cfg.get("hidden_act"))
+        # Phi3Config.convert_rope_params_to_dict: `rope_scaling or rope_parameters`;
+        # rope_theta and partial_rotary_factor set in it by default from the top level.
+        rp = dict(cfg.get("rope_scaling") or cfg.get("rope_parameters") or {})
+        rtype = rp.get("rope_type", rp.get("type", "default"))
+        if rtype in ("su", "yarn"):
+            rtype = "longrope"
+        if rtype not in ("default", "longrope"):
+            raise NotImplementedError("rope_type " + rtype)
+        self.longrope = rtype == "longrope"
+        theta = rp.get("rope_theta", cfg.get("rope_theta", 10000.0))
+        top = cfg.get("partial_rotary_factor")
+        if self.longrope and top is not None:
+            # _compute_longrope_parameters -> standardize_rope_params(): the config
+            # attribute (config.json's top-level value) overwrites the dict's.
+            partial = top
+        else:
+            partial = rp.get("partial_rotary_factor", 1.0 if top is None else top)
+        self.rot = int(self.hd * partial)
+        shape = torch.arange(0, self.rot, 2, dtype=torch.int64).float() / self.rot
+        self.attention_scaling = 1.0
+        if not self.longrope:
+            self.inv_short = 1.0 / (theta ** shape)
+            self.inv_long = self.inv_short
+            self.orig = None
+        else:
+            # _compute_longrope_parameters; Phi3Config's own original_max_position_embeddings
+            # (default 4096) replaces the dict's in standardize_rope_params.
+            self.orig = cfg.get("original_max_position_embeddings", 4096)
+            factor = rp.get("factor")
+            if factor is None:
+                factor = cfg.get("max_position_embeddings", 4096) / self.orig
+            af = rp.get("attention_factor")
+            if af is None:
+                af = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(self.orig))
+            self.attention_scaling = af
+            for key in ("short_factor", "long_factor"):
+                if len(rp[key]) != shape.shape[0]:
+                    raise ValueError("%s has %d entries, rotary dims / 2 = %d" % (key, len(rp[key]), shape.shape[0]))
+            self.inv_short = 1.0 / (torch.tensor(rp["short_factor"], dtype=torch.float32) * theta ** shape)
+            self.inv_long = 1.0 / (torch.tensor(rp["long_factor"], dtype=torch.float32) * theta ** shape)
+        tied = cfg.get("tie_word_embeddings", False)
+        if tied or "lm_head.weight" not in w:
+            if not tied:
+                raise ValueError("tie_word_embeddings is false but lm_head.weight is missing")
+            self.lm_head = w["embed_tokens.weight"]
+        else:
+            self.lm_head = w["lm_head.weight"]
+
+    def drops_cache(self, past, new):
+        """Phi3ForCausalLM.prepare_inputs_for_generation: the first time the sequence
+        reaches original_max_position_embeddings + 1 with at most that many positions
+        cached, the cache is dropped and the whole sequence is run again."""
+        return self.longrope and 0 < past <= self.orig < past + new
+
+    def rms(self, x, weight):
+        input_dtype = x.dtype
+        x = x.to(_up(input_dtype))
+        var = x.pow(2).mean(-1, keepdim=True)
+        x = x * torch.rsqrt(var + self.eps)
+        return weight * x.to(input_dtype)
+
+    def rope(self, pos, dtype):
+        # dynamic_rope_update: long_factor when max(position_ids) + 1 passes the original length
+        inv = self.inv_long if self.longrope and int(pos[-1]) + 1 > self.orig else self.inv_short
+        up = _up(dtype)
+        freqs = (inv[:, None].to(up) @ pos[None, :].to(up)).transpose(0, 1)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return (emb.cos() * self.attention_scaling).to(dtype), (emb.sin() * self.attention_scaling).to(dtype)
+
+    def rotate(self, x, cos, sin):
+        # apply_rotary_pos_emb with rotary_dim = cos.shape[-1]; the rest passes through
+        r, rest = x[..., :self.rot], x[..., self.rot:]
+        half = r.shape[-1] // 2
+        rot_half = torch.cat((-r[..., half:], r[..., :half]), dim=-1)
+        return torch.cat([r * cos + rot_half * sin, rest], dim=-1)
+
+    def forward(self, ids, cache, start):
+        T = ids.shape[0]
+        h = self.w["embed_tokens.weight"][ids]
+        cos, sin = self.rope(torch.arange(start, start + T), h.dtype)
+        cos, sin = cos.unsqueeze(0), sin.unsqueeze(0)
+        groups = self.nh // self.nkv
+        qn, kn = self.nh * self.hd, self.nkv * self.hd
+        new_cache = []
+        for i in range(self.L):
+            p = "layers.%d." % i
+            r = h
+            x = self.rms(h, self.w[p + "input_layernorm.weight"])
+            qkv = F.linear(x, self.w[p + "self_attn.qkv_proj.weight"])
+            q = qkv[..., :qn].view(T, self.nh, self.hd).transpose(0, 1)
+            k = qkv[..., qn:qn + kn].view(T, self.nkv, self.hd).transpose(0, 1)
+            v = qkv[..., qn + kn:].view(T, self.nkv, self.hd).transpose(0, 1)
+            q, k = self.rotate(q, cos, sin), self.rotate(k, cos, sin)
+            k, v = _kept(k, self.kv_dtype), _kept(v, self.kv_dtype)
+            if cache is not None:
+                k = torch.cat([cache[i][0], k], dim=1)
+                v = torch.cat([cache[i][1], v], dim=1)
+            new_cache.append((k, v))
+            S = k.shape[1]
+            kr = k[:, None].expand(self.nkv, groups, S, self.hd).reshape(self.nh, S, self.hd)
+            vr = v[:, None].expand(self.nkv, groups, S, self.hd).reshape(self.nh, S, self.hd)
+            a = torch.matmul(q, kr.transpose(1, 2)) * self.scaling
+            bias = _causal_bias(T, S, a.dtype)
+            if self.window is not None:
+                # sliding_window_overlay: key j visible from query i only when j > i - window
+                qi = torch.arange(T).unsqueeze(1) + (S - T)
+                kj = torch.arange(S).unsqueeze(0)
+                bias = bias.masked_fill(kj <= qi - self.window, torch.finfo(a.dtype).min)
+            a = a + bias
+            a = torch.softmax(a, dim=-1, dtype=_up(q.dtype)).to(q.dtype)
+            o = torch.matmul(a, vr).transpose(0, 1).reshape(T, qn)
+            h = r + F.linear(o, self.w[p + "self_attn.o_proj.weight"])  # resid_attn_dropout: identity
+            r = h
+            x = self.rms(h, self.w[p + "post_attention_layernorm.weight"])
+            gate, up = F.linear(x, self.w[p + "mlp.gate_up_proj.weight"]).chunk(2, dim=-1)
+            h = r + F.linear(up * F.silu(gate), self.w[p + "mlp.down_proj.weight"])
         h = self.rms(h, self.w["norm.weight"])
         return F.linear(h, self.lm_head).float(), new_cache
 
@@ -494,6 +639,8 @@ def build_model(cfg, tensors, dtype=torch.float32):
         return OPT(cfg, tensors, dtype)
     if mt in ("gemma3_text", "gemma3"):
         return Gemma3(cfg, tensors, dtype)
+    if mt == "phi3":
+        return Phi3(cfg, tensors, dtype)
     raise NotImplementedError("model_type " + mt)
 
 
@@ -507,12 +654,17 @@ def generate(model, prompt_ids, max_new_tokens):
     prefill = logits
     tokens, steps = [], []
     pos = ids.shape[0]
+    drops_cache = getattr(model, "drops_cache", None)
     for n in range(max_new_tokens):
         nxt = int(torch.argmax(logits[-1]))
         tokens.append(nxt)
         if n == max_new_tokens - 1:
             break
-        logits, cache = model.forward(torch.tensor([nxt], dtype=torch.long), cache, pos)
+        if drops_cache is not None and drops_cache(pos, 1):
+            logits, cache = model.forward(torch.tensor(list(prompt_ids) + tokens, dtype=torch.long), None, 0)
+            logits = logits[-1:]
+        else:
+            logits, cache = model.forward(torch.tensor([nxt], dtype=torch.long), cache, pos)
         steps.append(logits[0])
         pos += 1
     return tokens, prefill, steps

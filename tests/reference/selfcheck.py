@@ -15,7 +15,9 @@ Per family (default checkpoint, seeds 0 and 1):
 Plus layout variants: --no-prefix (gpt2 buffers, llama/opt base layouts) and
 --untied/--tied give the logits their weights imply; opt pre/post-LN both run;
 llama3 inv_freq against an independent scalar implementation of Meta's
-apply_scaling, with all three frequency bands populated.
+apply_scaling, with all three frequency bands populated; phi4mini's longrope
+switch (short_factor, then long_factor with the cache dropped once) and
+partial rotary.
 """
 import argparse
 import json
@@ -59,8 +61,12 @@ def make(out, *args):
 
 
 def cached_vs_full(model, prompt, n):
+    """Each row of the cached run against a no-cache run over the sequence up to it
+    (its last row): for phi3's longrope the whole sequence's length picks the rope,
+    so rows before the switch differ from a single run over everything."""
     toks, pre, steps = ref_models.generate(model, prompt, n)
-    full = ref_models.full_logits(model, prompt + toks[:-1])
+    full = torch.cat([ref_models.full_logits(model, prompt)] +
+                     [ref_models.full_logits(model, prompt + toks[:i + 1])[-1:] for i in range(len(steps))])
     cat = torch.cat([pre] + [s[None] for s in steps])
     return toks, cat, (cat - full).abs().max().item()
 
@@ -111,7 +117,7 @@ def family_checks(fam, tmp):
         m64 = run_reference.load(d, torch.float64)
         toks64, cat64, diff64 = cached_vs_full(m64, PROMPT, NEW)
         check(diff64 < 1e-10, "%s seed %d: cache vs no-cache fp64 max abs diff %.3g" % (fam, seed, diff64))
-        d3264 = (cat.double() - ref_models.full_logits(m64, PROMPT + toks[:-1])).abs().max().item()
+        d3264 = (cat.double() - cat64).abs().max().item() if toks == toks64 else float("inf")
         check(len(set(toks)) > 1, "%s seed %d: greedy tokens all one id %s" % (fam, seed, toks))
         tokens_by_seed[seed] = toks
         print("  seed %d tokens %s  distinct %d  cache-vs-full fp32 %.2e fp64 %.2e  fp32-vs-fp64 %.2e"
@@ -281,6 +287,27 @@ def variant_checks(tmp):
     check(err < 1e-6, "llama3 inv_freq relative error %.3g" % err)
     check(bands == {"kept", "smoothed", "divided"}, "llama3 bands populated: %s" % sorted(bands))
     print("  llama3 inv_freq vs scalar apply_scaling rel err %.1e, bands %s" % (err, sorted(bands)))
+    # phi4mini's longrope: original_max_position_embeddings 16, so PROMPT + NEW passes it.
+    # The switch changes the logits (long_factor is used after it); the cache is dropped
+    # exactly once (at 16 cached positions and a 17th new one); the last 4 of each head's
+    # 16 dims are not rotated (partial_rotary_factor 0.75); tied lm_head.
+    d = os.path.join(tmp, "phi4mini-s0")
+    m = run_reference.load(d)
+    check(m.rot == 12 and m.longrope and m.orig == 16, "phi4mini: rotary dims %d" % m.rot)
+    check(abs(m.attention_scaling - math.sqrt(1 + math.log(4) / math.log(16))) < 1e-12, "phi4mini attention_factor")
+    drops = [p for p in range(1, 40) if m.drops_cache(p, 1)]
+    check(drops == [16], "phi4mini: cache dropped at %s" % drops)
+    toks, cat, _ = cached_vs_full(m, PROMPT, NEW)
+    m.inv_long = m.inv_short
+    _, cat_short, _ = cached_vs_full(m, PROMPT, NEW)
+    rows_before = 16  # row i is position i: positions 0..15 see a sequence of at most 16
+    check(torch.equal(cat[:rows_before], cat_short[:rows_before]), "phi4mini: rows before the switch differ")
+    check((cat[rows_before:] - cat_short[rows_before:]).abs().max().item() > 1e-2,
+          "phi4mini: long_factor changes nothing after the switch")
+    x = torch.randn(4, 3, 16)
+    cos, sin = m.rope(torch.arange(3), torch.float32)
+    check(torch.equal(m.rotate(x, cos[None], sin[None])[..., 12:], x[..., 12:]), "phi4mini: dims 12..15 rotated")
+    print("  phi4mini longrope: cache dropped at %s, attention_factor %.4f" % (drops, m.attention_scaling))
     # max-new-tokens 0 and 1
     d = os.path.join(tmp, "llama-s0")
     toks, pre, steps = ref_models.generate(run_reference.load(d), PROMPT, 0)

@@ -84,6 +84,46 @@ nlohmann::json llamaConfig(const LlamaShape& s, DType dt)
             {"rms_norm_eps", 1e-5}, {"rope_theta", 500000.0}, {"torch_dtype", stowage::dtypeTorchName(dt)}};
 }
 
+std::vector<Tensor> phi3Tensors(const Phi3Shape& s, DType dt)
+{
+    // The names a Phi3ForCausalLM save holds (microsoft/Phi-3-mini-4k-instruct's index).
+    const int64_t headDim = s.hidden / s.heads;
+    std::vector<Tensor> t;
+    t.push_back({"model.embed_tokens.weight", dt, {s.vocab, s.hidden}});
+    for (int64_t i = 0; i < s.layers; ++i) {
+        std::string p = "model.layers." + std::to_string(i) + ".";
+        t.push_back({p + "input_layernorm.weight", dt, {s.hidden}});
+        t.push_back({p + "mlp.down_proj.weight", dt, {s.hidden, s.intermediate}});
+        t.push_back({p + "mlp.gate_up_proj.weight", dt, {2 * s.intermediate, s.hidden}});
+        t.push_back({p + "post_attention_layernorm.weight", dt, {s.hidden}});
+        t.push_back({p + "self_attn.o_proj.weight", dt, {s.hidden, s.heads * headDim}});
+        t.push_back({p + "self_attn.qkv_proj.weight", dt, {(s.heads + 2 * s.kvHeads) * headDim, s.hidden}});
+    }
+    t.push_back({"model.norm.weight", dt, {s.hidden}});
+    if (!s.tied)
+        t.push_back({"lm_head.weight", dt, {s.vocab, s.hidden}});
+    return t;
+}
+
+nlohmann::json phi3Config(const Phi3Shape& s, DType dt)
+{
+    nlohmann::json c{{"architectures", {"Phi3ForCausalLM"}}, {"model_type", "phi3"}, {"vocab_size", s.vocab},
+                     {"hidden_size", s.hidden}, {"intermediate_size", s.intermediate},
+                     {"num_hidden_layers", s.layers}, {"num_attention_heads", s.heads},
+                     {"num_key_value_heads", s.kvHeads}, {"tie_word_embeddings", s.tied}, {"rms_norm_eps", 1e-5},
+                     {"rope_theta", 10000.0}, {"max_position_embeddings", s.longrope ? 131072 : 4096},
+                     {"original_max_position_embeddings", 4096}, {"torch_dtype", stowage::dtypeTorchName(dt)}};
+    if (s.partialRotary != 1.0)
+        c["partial_rotary_factor"] = s.partialRotary;
+    if (s.longrope) {
+        const auto pairs = int64_t(double(s.hidden / s.heads) * s.partialRotary) / 2;
+        c["rope_scaling"] = {{"type", "longrope"},
+                             {"short_factor", std::vector<double>(size_t(pairs), 1.0)},
+                             {"long_factor", std::vector<double>(size_t(pairs), 2.0)}};
+    }
+    return c;
+}
+
 void writeSafetensorsFile(const std::string& path, const std::vector<Tensor>& tensors, bool sparse)
 {
     std::vector<stowage::TensorBlob> blobs;

@@ -28,6 +28,15 @@ struct LlamaShape {
     int64_t vocab = 128256, hidden = 2048, intermediate = 8192, layers = 16, heads = 32, kvHeads = 8;
     bool tied = true;
 };
+// Phi-3 / Phi-4-mini (model_type phi3): fused qkv_proj and gate_up_proj.
+// `partialRotary` and a longrope dict (short/long factors of rotary/2) make
+// it Phi-4-mini-like; `tied` true omits lm_head.weight, as save_pretrained does.
+struct Phi3Shape {
+    int64_t vocab = 32064, hidden = 3072, intermediate = 8192, layers = 32, heads = 32, kvHeads = 32;
+    bool tied = false;
+    double partialRotary = 1.0;
+    bool longrope = false;
+};
 
 // Tensor lists as transformers saves them. `prefix` is "transformer." for a
 // GPT2LMHeadModel save and "" for a GPT2Model save; `maskBuffers` adds the
@@ -37,6 +46,8 @@ std::vector<Tensor> gpt2Tensors(const Gpt2Shape& s, stowage::DType dt, const std
 nlohmann::json gpt2Config(const Gpt2Shape& s, stowage::DType dt);
 std::vector<Tensor> llamaTensors(const LlamaShape& s, stowage::DType dt);
 nlohmann::json llamaConfig(const LlamaShape& s, stowage::DType dt);
+std::vector<Tensor> phi3Tensors(const Phi3Shape& s, stowage::DType dt);
+nlohmann::json phi3Config(const Phi3Shape& s, stowage::DType dt);
 
 // Data is deterministic pseudo-random bytes; with `sparse`, zeros written as a
 // sparse file, so a 160 MB checkpoint costs nothing.

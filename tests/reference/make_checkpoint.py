@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import st_io  # noqa: E402
 
 TRANSFORMERS_VERSION = "4.46.0"
-FAMILIES = ["gpt2", "llama", "llama3", "mistral", "qwen2", "qwen3", "opt", "opt-proj"]
+FAMILIES = ["gpt2", "llama", "llama3", "mistral", "qwen2", "qwen3", "opt", "opt-proj", "mixtral", "qwen3_moe"]
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -296,6 +296,116 @@ def opt_layout(c, prefix, tied):
     return t
 
 
+def moe_config(family, tied, norm_topk):
+    # The fields a 4.4x MixtralConfig / Qwen3MoeConfig save writes.
+    if family == "mixtral":
+        return {
+            "architectures": ["MixtralForCausalLM"],
+            "attention_dropout": 0.0,
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+            "hidden_act": "silu",
+            "hidden_size": 48,
+            "initializer_range": 0.02,
+            "intermediate_size": 64,
+            "max_position_embeddings": 512,
+            "model_type": "mixtral",
+            "num_attention_heads": 4,
+            "num_experts_per_tok": 2,
+            "num_hidden_layers": 2,
+            "num_key_value_heads": 2,
+            "num_local_experts": 4,
+            "output_router_logits": False,
+            "rms_norm_eps": 1e-05,
+            "rope_theta": 1000000.0,
+            "router_aux_loss_coef": 0.02,
+            "router_jitter_noise": 0.0,
+            "sliding_window": None,
+            "tie_word_embeddings": tied,
+            "use_cache": True,
+            "vocab_size": 160,
+        }
+    return {
+        "architectures": ["Qwen3MoeForCausalLM"],
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "bos_token_id": 167,
+        "decoder_sparse_step": 1,
+        "eos_token_id": 169,
+        "head_dim": 16,
+        "hidden_act": "silu",
+        "hidden_size": 32,
+        "initializer_range": 0.02,
+        "intermediate_size": 96,
+        "max_position_embeddings": 512,
+        "max_window_layers": 3,
+        "mlp_only_layers": [1],
+        "model_type": "qwen3_moe",
+        "moe_intermediate_size": 40,
+        "norm_topk_prob": norm_topk,
+        "num_attention_heads": 4,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "num_hidden_layers": 3,
+        "num_key_value_heads": 2,
+        "output_router_logits": False,
+        "rms_norm_eps": 1e-06,
+        "rope_scaling": None,
+        "rope_theta": 1000000.0,
+        "router_aux_loss_coef": 0.001,
+        "sliding_window": None,
+        "tie_word_embeddings": tied,
+        "use_cache": True,
+        "use_sliding_window": False,
+        "vocab_size": 170,
+    }
+
+
+def moe_layout(family, c, prefix, tied):
+    """Per-expert names, as save_pretrained of the pre-5.x models wrote them (and Hub
+    checkpoints hold): state_dict order, router before experts."""
+    H, V = c["hidden_size"], c["vocab_size"]
+    nh, nkv = c["num_attention_heads"], c["num_key_value_heads"]
+    hd = c.get("head_dim") or H // nh
+    mixtral = family == "mixtral"
+    E = c["num_local_experts"] if mixtral else c["num_experts"]
+    I = c["intermediate_size"] if mixtral else c["moe_intermediate_size"]
+    p = "model." if prefix else ""
+    t = [(p + "embed_tokens.weight", [V, H], "embed")]
+    for i in range(c["num_hidden_layers"]):
+        l = "%slayers.%d." % (p, i)
+        t += [(l + "self_attn.q_proj.weight", [nh * hd, H], "linear"),
+              (l + "self_attn.k_proj.weight", [nkv * hd, H], "linear"),
+              (l + "self_attn.v_proj.weight", [nkv * hd, H], "linear"),
+              (l + "self_attn.o_proj.weight", [H, nh * hd], "linear")]
+        if not mixtral:
+            t += [(l + "self_attn.q_norm.weight", [hd], "qk_norm"), (l + "self_attn.k_norm.weight", [hd], "qk_norm")]
+        if mixtral:
+            # MixtralSparseMoeBlock (4.x): gate, experts[e] = MixtralBlockSparseTop2MLP(w1, w2, w3)
+            b = l + "block_sparse_moe."
+            t.append((b + "gate.weight", [E, H], "linear"))
+            for e in range(E):
+                x = "%sexperts.%d." % (b, e)
+                t += [(x + "w1.weight", [I, H], "linear"), (x + "w2.weight", [H, I], "linear"),
+                      (x + "w3.weight", [I, H], "linear")]
+        elif i not in c["mlp_only_layers"] and (i + 1) % c["decoder_sparse_step"] == 0:
+            # Qwen3MoeSparseMoeBlock (4.x): gate, experts[e] = Qwen3MoeMLP(gate_proj, up_proj, down_proj)
+            t.append((l + "mlp.gate.weight", [E, H], "linear"))
+            for e in range(E):
+                x = "%smlp.experts.%d." % (l, e)
+                t += [(x + "gate_proj.weight", [I, H], "linear"), (x + "up_proj.weight", [I, H], "linear"),
+                      (x + "down_proj.weight", [H, I], "linear")]
+        else:
+            D = c["intermediate_size"]
+            t += [(l + "mlp.gate_proj.weight", [D, H], "linear"), (l + "mlp.up_proj.weight", [D, H], "linear"),
+                  (l + "mlp.down_proj.weight", [H, D], "linear")]
+        t += [(l + "input_layernorm.weight", [H], "norm"), (l + "post_attention_layernorm.weight", [H], "norm")]
+    t.append((p + "norm.weight", [H], "norm"))
+    if not tied:
+        t.append(("lm_head.weight", [V, H], "embed"))
+    return t
+
+
 # ----------------------------------------------------------------------------- weights
 
 EMBED_STD = 0.15   # token embeddings (and an untied lm_head)
@@ -336,8 +446,11 @@ def make_tensor(shape, kind, gen):
     raise ValueError(kind)
 
 
-def build(family, seed, tied, prefix, pre_ln):
-    if family == "gpt2":
+def build(family, seed, tied, prefix, pre_ln, norm_topk=True):
+    if family in ("mixtral", "qwen3_moe"):
+        cfg = moe_config(family, tied, norm_topk)
+        layout = moe_layout(family, cfg, prefix, tied)
+    elif family == "gpt2":
         cfg = gpt2_config(tied)
         layout = gpt2_layout(cfg, prefix, tied)
     elif family in ("opt", "opt-proj"):
@@ -413,7 +526,8 @@ def write(out, cfg, tensors, dtype_name, shards):
 
 
 DEFAULT_TIED = {"gpt2": True, "llama": False, "llama3": True, "mistral": False,
-                "qwen2": True, "qwen3": True, "opt": True, "opt-proj": True}
+                "qwen2": True, "qwen3": True, "opt": True, "opt-proj": True,
+                "mixtral": False, "qwen3_moe": False}
 DEFAULT_PRE_LN = {"opt": True, "opt-proj": False}  # opt-proj mirrors opt-350m (post-LN)
 
 
@@ -433,6 +547,9 @@ def main(argv=None):
     g2 = ap.add_mutually_exclusive_group()
     g2.add_argument("--pre-ln", dest="pre_ln", action="store_true", default=None)
     g2.add_argument("--post-ln", dest="pre_ln", action="store_false")
+    ap.add_argument("--no-norm-topk", action="store_true",
+                    help="qwen3_moe only: norm_topk_prob false (the config class default); true otherwise, "
+                         "as Qwen3-30B-A3B")
     a = ap.parse_args(argv)
     tied = DEFAULT_TIED[a.family] if a.tied is None else a.tied
     if a.no_prefix:
@@ -444,7 +561,9 @@ def main(argv=None):
     pre_ln = DEFAULT_PRE_LN.get(a.family, True) if a.pre_ln is None else a.pre_ln
     if a.shards < 1:
         ap.error("--shards must be >= 1")
-    cfg, tensors = build(a.family, a.seed, tied, not a.no_prefix, pre_ln)
+    if a.no_norm_topk and a.family != "qwen3_moe":
+        ap.error("--no-norm-topk applies to qwen3_moe only")
+    cfg, tensors = build(a.family, a.seed, tied, not a.no_prefix, pre_ln, not a.no_norm_topk)
     write(a.out, cfg, tensors, a.dtype, a.shards)
 
 

@@ -75,7 +75,15 @@ void TestReference::matchesReference_data()
         QTest::addRow("llama untied bf16 sharded %s", placement)
             << QStringList{"--family", "llama", "--dtype", "bfloat16", "--shards", "3", "--untied"} << placement << false;
         QTest::addRow("opt pre-ln %s", placement) << QStringList{"--family", "opt-proj", "--pre-ln"} << placement << false;
+        // Mixture of experts: per-expert Hub tensors, 5.6's fused parameters;
+        // offloaded maps put whole MoE layers (experts and all) in RAM and on disk.
+        for (const char* family : {"mixtral", "qwen3_moe"})
+            QTest::addRow("%s %s", family, placement) << QStringList{"--family", family} << placement << false;
+        QTest::addRow("mixtral bf16 %s", placement)
+            << QStringList{"--family", "mixtral", "--dtype", "bfloat16"} << placement << false;
     }
+    QTest::addRow("qwen3_moe norm_topk_prob false cpu")
+        << QStringList{"--family", "qwen3_moe", "--no-norm-topk"} << "cpu" << false;
     // fp16 checkpoints computed from their fp16 weights on the CPU (widened
     // as the kernels read them, exact) and with their cache in fp16: the
     // reference computes in fp32 from the same fp16 values and rounds its keys

@@ -332,8 +332,14 @@ std::vector<at::Tensor> WeightStore::expert(const std::string& param, int64_t e)
             throw std::logic_error("'" + s->name + "' is not a weight of unit " + u.name);
         const size_t i = size_t(at - u.slots.begin());
         // What fails midway stays in u.fetched for leave() or releaseAll() to give back.
-        if (!u.fetched[i].defined() && !(s->resident.defined() && s->homeDev == u.device))
+        if (!u.fetched[i].defined() && !(s->resident.defined() && s->homeDev == u.device)) {
             fetchSlot(u, i, TraceKind::Fetch);
+            if (u.events[i]) { // a side-stream copy: the compute stream waits for it, as enter() does
+                cuda::wait(u.events[i], u.device->torch);
+                cuda::usedOnCurrentStream(u.fetched[i]);
+                u.events[i] = nullptr;
+            }
+        }
         out.push_back(u.fetched[i].defined() ? u.fetched[i] : s->resident);
     }
     if (out.empty())

@@ -84,6 +84,15 @@ void TestReference::matchesReference_data()
     }
     QTest::addRow("qwen3_moe norm_topk_prob false cpu")
         << QStringList{"--family", "qwen3_moe", "--no-norm-topk"} << "cpu" << false;
+    // The planned maps above put these tiny MoE models' layers (each near half
+    // the model, kept free on the main devices) all on disk; this map spreads
+    // them: layer 0 and its experts in RAM, the others on disk, the head on a
+    // simulated GPU.
+    for (const char* family : {"mixtral", "qwen3_moe"})
+        QTest::addRow("%s layers in ram and on disk", family)
+            << QStringList{"--family", family} << "ram-disk-gpu" << false;
+    QTest::addRow("mixtral bf16 layers in ram and on disk")
+        << QStringList{"--family", "mixtral", "--dtype", "bfloat16"} << "ram-disk-gpu" << false;
     // fp16 checkpoints computed from their fp16 weights on the CPU (widened
     // as the kernels read them, exact) and with their cache in fp16: the
     // reference computes in fp32 from the same fp16 values and rounds its keys
@@ -134,6 +143,15 @@ void TestReference::matchesReference()
         po.maxMemory = Budgets{{Device::cpu(), std::floor(total * 0.5)}};
     else if (placement == "simulated-gpu")
         po.maxMemory = Budgets{{Device::gpu(0), std::floor(total * 0.45)}, {Device::cpu(), std::floor(total * 0.3)}};
+    if (placement == "ram-disk-gpu") {
+        lo.deviceMap = {{"model.embed_tokens", Device::cpu()}, {"model.norm", Device::cpu()},
+                        {"model.rotary_emb", Device::cpu()}, {"lm_head", Device::gpu(0)}};
+        for (int c : tree.modules()[size_t(tree.find("model.layers"))].children) {
+            const std::string& layer = tree.modules()[size_t(c)].name;
+            lo.deviceMap.push_back({layer, layer == "model.layers.0" ? Device::cpu() : Device::disk()});
+        }
+        lo.simulateGpus = true;
+    }
     if (po.maxMemory) {
         lo.deviceMap = planDeviceMap(tree, po).deviceMap;
         lo.simulateGpus = true;

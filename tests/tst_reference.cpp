@@ -93,6 +93,11 @@ void TestReference::matchesReference_data()
             << QStringList{"--family", family} << "ram-disk-gpu" << false;
     QTest::addRow("mixtral bf16 layers in ram and on disk")
         << QStringList{"--family", "mixtral", "--dtype", "bfloat16"} << "ram-disk-gpu" << false;
+    // Experts stored fused under 5.x's own names (as gpt-oss ships them):
+    // read 1:1, each expert a slice of the fused tensor.
+    for (const char* family : {"mixtral", "qwen3_moe"})
+        QTest::addRow("%s fused experts in ram and on disk", family)
+            << QStringList{"--family", family, "--fused-experts"} << "ram-disk-gpu" << false;
     // fp16 checkpoints computed from their fp16 weights on the CPU (widened
     // as the kernels read them, exact) and with their cache in fp16: the
     // reference computes in fp32 from the same fp16 values and rounds its keys

@@ -406,6 +406,35 @@ def moe_layout(family, c, prefix, tied):
     return t
 
 
+def fuse_experts(family, tensors):
+    """The same weights as transformers 5.x names them in memory (and as a checkpoint that
+    stores experts fused holds them): per layer mlp.gate.weight, then
+    mlp.experts.gate_up_proj = cat([stack(gate over experts), stack(up)], dim=1) [E, 2I, H]
+    and mlp.experts.down_proj = stack(down) [E, H, I] (conversion_mapping.py's operations)."""
+    gate_name, up_name, down_name = ("w1", "w3", "w2") if family == "mixtral" else ("gate_proj", "up_proj", "down_proj")
+    block = ".block_sparse_moe." if family == "mixtral" else ".mlp."
+    by_name = dict(tensors)
+    out = []
+    for name, t in tensors:
+        if block + "experts." in name:
+            continue
+        if not name.endswith(block + "gate.weight"):
+            out.append((name, t))
+            continue
+        layer = name[: -len(block + "gate.weight")]
+        src = layer + block + "experts."
+        n = 0
+        while "%s%d.%s.weight" % (src, n, gate_name) in by_name:
+            n += 1
+
+        def stack(piece):
+            return torch.stack([by_name["%s%d.%s.weight" % (src, e, piece)] for e in range(n)], dim=0)
+        out.append((layer + ".mlp.gate.weight", t))
+        out.append((layer + ".mlp.experts.gate_up_proj", torch.cat([stack(gate_name), stack(up_name)], dim=1)))
+        out.append((layer + ".mlp.experts.down_proj", stack(down_name)))
+    return out
+
+
 # ----------------------------------------------------------------------------- weights
 
 EMBED_STD = 0.15   # token embeddings (and an untied lm_head)
@@ -550,6 +579,9 @@ def main(argv=None):
     ap.add_argument("--no-norm-topk", action="store_true",
                     help="qwen3_moe only: norm_topk_prob false (the config class default); true otherwise, "
                          "as Qwen3-30B-A3B")
+    ap.add_argument("--fused-experts", action="store_true",
+                    help="mixtral/qwen3_moe: store the experts fused under transformers 5.x's names "
+                         "(mlp.experts.gate_up_proj, mlp.experts.down_proj, mlp.gate) instead of one by one")
     a = ap.parse_args(argv)
     tied = DEFAULT_TIED[a.family] if a.tied is None else a.tied
     if a.no_prefix:
@@ -564,6 +596,10 @@ def main(argv=None):
     if a.no_norm_topk and a.family != "qwen3_moe":
         ap.error("--no-norm-topk applies to qwen3_moe only")
     cfg, tensors = build(a.family, a.seed, tied, not a.no_prefix, pre_ln, not a.no_norm_topk)
+    if a.fused_experts:
+        if a.family not in ("mixtral", "qwen3_moe"):
+            ap.error("--fused-experts applies to mixtral and qwen3_moe only")
+        tensors = fuse_experts(a.family, tensors)
     write(a.out, cfg, tensors, a.dtype, a.shards)
 
 

@@ -269,6 +269,11 @@ class MoE(LlamaLike):
         src_names = ("w1", "w3", "w2") if self.mixtral else ("gate_proj", "up_proj", "down_proj")
         self.fused = {}
         for i in range(self.L):
+            fused = "layers.%d.mlp." % i
+            if fused + "experts.gate_up_proj" in self.w:  # stored as 5.x names it
+                self.fused[i] = (self.w[fused + "gate.weight"], self.w[fused + "experts.gate_up_proj"],
+                                 self.w[fused + "experts.down_proj"])
+                continue
             src = "layers.%d.%s" % (i, "block_sparse_moe." if self.mixtral else "mlp.")
             if src + "gate.weight" not in self.w:
                 continue  # a dense layer (mlp_only_layers)

@@ -76,6 +76,9 @@ public:
     // from disk: a view of the mapping and a read-ahead hint, no copy);
     // leave() drops it with the unit's other fetched weights. So a decode
     // step moves only the experts the router picked, never the others.
+    // A parameter the checkpoint stores fused is one slot, fetched whole by
+    // enter() like any weight (all its experts; slicing its mapping per
+    // expert would bring it in line, not done yet).
     std::vector<at::Tensor> expert(const std::string& param, int64_t e);
     bool hasExperts(const std::string& param) const;
 

@@ -1,5 +1,6 @@
 // stowage-cli end to end: output contract and exit codes.
 #include "fixtures.h"
+#include "moefixtures.h"
 
 #include <QtTest>
 
@@ -18,6 +19,7 @@ private slots:
     void initTestCase();
     void inspectJsonContract();
     void inspectHumanTree();
+    void inspectShowsStoredExpertNames();
     void demoIsTheDefault();
     void badInputExitsTwoWithOneLine_data();
     void badInputExitsTwoWithOneLine();
@@ -78,6 +80,42 @@ void TestCli::inspectHumanTree()
     QVERIFY(r.out.contains("GPT2Block"));
     QVERIFY(r.out.contains("8.65%")); // one block's share of the model
 }
+void TestCli::inspectShowsStoredExpertNames()
+{
+    // A Mixtral index as on the Hub: 5.6's fused parameters and the
+    // per-expert tensors they are read from, both named.
+    std::string d = m_tmp.path().toStdString() + "/mixtral";
+    fs::create_directories(d);
+    fixtures::MoeShape s;
+    fixtures::writeSharded(d, fixtures::moeTensors(s, DType::BF16), 2, true, false);
+    fixtures::writeJson(d + "/config.json", fixtures::moeConfig(s, DType::BF16));
+    auto r = fixtures::runCli({"inspect", QString::fromStdString(d), "--json"});
+    QCOMPARE(r.exitCode, 0);
+    auto j = nlohmann::ordered_json::parse(r.out.toStdString());
+    QCOMPARE(j["model_type"].get<std::string>(), std::string("mixtral"));
+    QVERIFY(j["missing"].empty());
+    std::map<std::string, nlohmann::ordered_json> byParam;
+    for (const auto& e : j["stored_names"])
+        byParam[e["param"].get<std::string>()] = e;
+    // Per layer: the router renamed, gate_up_proj from w1 and w3, down_proj from w2.
+    QCOMPARE(byParam.size(), size_t(2 * 3));
+    const auto& gu = byParam.at("model.layers.1.mlp.experts.gate_up_proj");
+    QCOMPARE(gu["stored"].get<std::vector<std::string>>(),
+             (std::vector<std::string>{"model.layers.1.block_sparse_moe.experts.*.w1.weight",
+                                       "model.layers.1.block_sparse_moe.experts.*.w3.weight"}));
+    QCOMPARE(gu["experts"].get<int>(), 4);
+    QCOMPARE(byParam.at("model.layers.0.mlp.gate.weight")["stored"].get<std::vector<std::string>>(),
+             std::vector<std::string>{"model.layers.0.block_sparse_moe.gate.weight"});
+    bool fused = false;
+    for (const auto& m : j["modules"])
+        fused = fused || (m["name"] == "model.layers.0.mlp.experts" && m["class"] == "MixtralExperts" &&
+                          m["params"].get<uint64_t>() == 4 * (48 * 16 + 16 * 24));
+    QVERIFY(fused);
+    auto human = fixtures::runCli({"inspect", QString::fromStdString(d)});
+    QCOMPARE(human.exitCode, 0);
+    QVERIFY2(human.out.contains("stored under other names (6"), human.out.constData());
+}
+
 void TestCli::demoIsTheDefault()
 {
     auto r = fixtures::runCli({"inspect", "--json"});

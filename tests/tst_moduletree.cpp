@@ -1,5 +1,6 @@
 // The module tree transformers would build, and its sizes under a dtype.
 #include "fixtures.h"
+#include "moefixtures.h"
 #include "stowage/checkpoint.h"
 #include "stowage/error.h"
 #include "stowage/families.h"
@@ -7,6 +8,7 @@
 
 #include <QtTest>
 
+#include <algorithm>
 #include <filesystem>
 
 using namespace stowage;
@@ -64,6 +66,11 @@ private slots:
     void gemma3StoredNames_data();
     void gemma3StoredNames();
     void gemma3Defaults();
+    void mixtralTree();
+    void mixtralIndexOnlyAsShards();
+    void qwen3MoeTree();
+    void moeHubSizesBeforeDownload();
+    void expertPartsChecked();
     void executionUnits_data();
     void executionUnits();
 };
@@ -466,8 +473,8 @@ void TestModuleTree::impossibleConfigValues()
 
 void TestModuleTree::familyRegistry()
 {
-    QCOMPARE(knownModelTypes(), (std::vector<std::string>{"gpt2", "llama", "mistral", "qwen2", "qwen3", "opt",
-                                                          "gemma3_text", "gemma3", "phi3"}));
+    QCOMPARE(knownModelTypes(), (std::vector<std::string>{"gpt2", "llama", "mistral", "qwen2", "qwen3", "mixtral",
+                                                          "opt", "gemma3_text", "gemma3", "phi3", "qwen3_moe"}));
     QCOMPARE(archOf("gemma3_text"), std::optional<Arch>(Arch::gemma3));
     QCOMPARE(archOf("gemma3"), std::optional<Arch>(Arch::gemma3));
     QCOMPARE(familyOf("gemma3_text"), std::optional<std::string>("gemma3"));
@@ -479,6 +486,11 @@ void TestModuleTree::familyRegistry()
     QCOMPARE(familyOf("phi3"), std::optional<std::string>("phi3"));
     // Phi-3's tokenizer is the Llama one (add_bos_token defaults to True).
     QVERIFY(addsBosByDefault("phi3"));
+    QCOMPARE(archOf("mixtral"), std::optional<Arch>(Arch::mixtral));
+    QCOMPARE(archOf("qwen3_moe"), std::optional<Arch>(Arch::qwen3_moe));
+    QCOMPARE(familyOf("qwen3_moe"), std::optional<std::string>("qwen3_moe"));
+    QVERIFY(addsBosByDefault("mixtral"));    // LlamaTokenizerFast
+    QVERIFY(!addsBosByDefault("qwen3_moe")); // Qwen2TokenizerFast
     QCOMPARE(archOf("gpt2"), std::optional<Arch>(Arch::gpt2));
     QCOMPARE(archOf("mistral"), std::optional<Arch>(Arch::llama));
     QCOMPARE(archOf("qwen3"), std::optional<Arch>(Arch::llama));
@@ -839,6 +851,18 @@ void TestModuleTree::executionUnits_data()
         << QByteArray::fromStdString(postLn.dump())
         << QStringList{"model.decoder.embed_tokens", "model.decoder.embed_positions", "model.decoder.layers.0",
                        "model.decoder.layers.1", "lm_head"};
+    // MoE layers are one unit each, router and experts inside: the experts
+    // are fetched within the layer's unit once its router has picked them.
+    fixtures::MoeShape mixtral;
+    QTest::newRow("mixtral") << QByteArray::fromStdString(fixtures::moeConfig(mixtral, DType::F32).dump()) << llamaUnits;
+    fixtures::MoeShape qwenMoe;
+    qwenMoe.type = "qwen3_moe";
+    qwenMoe.layers = 3;
+    qwenMoe.mlpOnly = {1};
+    QTest::newRow("qwen3_moe, one dense layer")
+        << QByteArray::fromStdString(fixtures::moeConfig(qwenMoe, DType::F32).dump())
+        << QStringList{"model.embed_tokens", "model.layers.0", "model.layers.1", "model.layers.2", "model.norm",
+                       "lm_head"};
     QTest::newRow("unknown family") << QByteArray(R"({"model_type": "mamba"})") << QStringList{};
     // Gemma 3: the text model's units; the composite's vision tower and
     // projector do not run for text prompts and lie in none (idle below).
@@ -875,6 +899,234 @@ void TestModuleTree::executionUnits()
                           p.name.rfind("model.multi_modal_projector.", 0) == 0; // Gemma 3's, never run
         QVERIFY2(in == (idle ? 0 : 1), p.name.c_str());
     }
+}
+
+namespace {
+// Module names under `prefix` with their classes, in definition order.
+QStringList modulesUnder(const ModuleTree& t, const std::string& prefix)
+{
+    QStringList out;
+    for (const auto& m : t.modules())
+        if (m.name.rfind(prefix, 0) == 0)
+            out << QString::fromStdString(m.name.substr(prefix.size()) + " " + m.className);
+    return out;
+}
+const Param& paramOf(const ModuleTree& t, const std::string& name)
+{
+    const int p = t.findParam(name);
+    if (p < 0)
+        qFatal("no parameter %s", name.c_str());
+    return t.params()[size_t(p)];
+}
+} // namespace
+
+void TestModuleTree::mixtralTree()
+{
+    // vocab 100, hidden 16, 4 heads of 4 (no head_dim: 16 / 4), 2 kv heads,
+    // intermediate 24, 4 experts, 2 layers, untied (MixtralConfig's default).
+    auto d = dir("mixtral");
+    fixtures::MoeShape s;
+    fixtures::writeSharded(d, fixtures::moeTensors(s, DType::F32), 2, true);
+    fixtures::writeJson(d + "/config.json", fixtures::moeConfig(s, DType::F32));
+    ModuleTree t = buildModuleTree(Checkpoint::open(d), DType::F32);
+    QCOMPARE(t.root().className, std::string("MixtralForCausalLM"));
+    // modeling_mixtral.py 5.6: MixtralDecoderLayer builds self_attn, mlp
+    // (MixtralSparseMoeBlock: gate = MixtralTopKRouter, then experts =
+    // MixtralExperts with its act_fn), input_layernorm, post_attention_layernorm.
+    QCOMPARE(modulesUnder(t, "model.layers.0"),
+             (QStringList{" MixtralDecoderLayer", ".self_attn MixtralAttention", ".self_attn.q_proj Linear",
+                          ".self_attn.k_proj Linear", ".self_attn.v_proj Linear", ".self_attn.o_proj Linear",
+                          ".mlp MixtralSparseMoeBlock", ".mlp.gate MixtralTopKRouter", ".mlp.experts MixtralExperts",
+                          ".mlp.experts.act_fn SiLU", ".input_layernorm MixtralRMSNorm",
+                          ".post_attention_layernorm MixtralRMSNorm"}));
+    QCOMPARE(t.modules()[size_t(t.find("model.rotary_emb"))].className, std::string("MixtralRotaryEmbedding"));
+    // The fused parameters 5.6 builds: gate_up_proj [E, 2 x inter, hidden],
+    // down_proj [E, hidden, inter]; the router [E, hidden].
+    const Param& gateUp = paramOf(t, "model.layers.1.mlp.experts.gate_up_proj");
+    QCOMPARE(gateUp.shape, (std::vector<int64_t>{4, 48, 16}));
+    QCOMPARE(paramOf(t, "model.layers.1.mlp.experts.down_proj").shape, (std::vector<int64_t>{4, 16, 24}));
+    QCOMPARE(paramOf(t, "model.layers.1.mlp.gate.weight").shape, (std::vector<int64_t>{4, 16}));
+    // ... read from the Hub's per-expert tensors (conversion_mapping.py:
+    // w1 then w3 of each expert joined along dim 1, experts stacked).
+    QCOMPARE(gateUp.parts.size(), size_t(8));
+    QCOMPARE(gateUp.parts[0].name, std::string("model.layers.1.block_sparse_moe.experts.0.w1.weight"));
+    QCOMPARE(gateUp.parts[1].name, std::string("model.layers.1.block_sparse_moe.experts.0.w3.weight"));
+    QCOMPARE(gateUp.parts[1].offset, int64_t(24));
+    QCOMPARE(gateUp.parts[2].name, std::string("model.layers.1.block_sparse_moe.experts.1.w1.weight"));
+    QCOMPARE(gateUp.parts[2].index, int64_t(1));
+    QCOMPARE(gateUp.parts[7].shape, (std::vector<int64_t>{24, 16}));
+    for (const StoredPart& p : gateUp.parts)
+        QVERIFY(p.tensor >= 0);
+    QCOMPARE(gateUp.tensor, -1);
+    QVERIFY(gateUp.found());
+    // The router is block_sparse_moe.gate on the Hub, renamed 1:1.
+    const Param& router = paramOf(t, "model.layers.0.mlp.gate.weight");
+    QVERIFY(router.parts.empty());
+    QVERIFY(router.tensor >= 0);
+    QCOMPARE(Checkpoint::open(d).tensors()[size_t(router.tensor)].name,
+             std::string("model.layers.0.block_sparse_moe.gate.weight"));
+    QVERIFY2(t.missing().empty(), t.missing().empty() ? "" : t.missing()[0].c_str());
+    QVERIFY2(t.unexpected().empty(), t.unexpected().empty() ? "" : t.unexpected()[0].c_str());
+    // Per layer: q 16x16 = 256, k and v 8x16 = 128 each, o 256 (768);
+    // router 4x16 = 64; gate_up 4x48x16 = 3072; down 4x16x24 = 1536; two
+    // norms 32: 5472. Embedding and head 100x16 = 1600 each, final norm 16:
+    // 1600 + 2 x 5472 + 16 + 1600 = 14160 parameters, 56640 bytes in fp32,
+    // plus inv_freq and original_inv_freq (head_dim 4: 2 float32 each) = 16.
+    QCOMPARE(t.root().paramCount, uint64_t(14160));
+    QCOMPARE(t.root().bytes, uint64_t(56640 + 16));
+    QCOMPARE(bytesOf(t, "model.layers.0.mlp.experts"), uint64_t(4 * (3072 + 1536)));
+    QCOMPARE(t.buffers().size(), size_t(2));
+    QCOMPARE(t.buffers()[1].name, std::string("model.rotary_emb.original_inv_freq"));
+    QCOMPARE(t.buffers()[1].dtype, DType::F32);
+    QVERIFY(t.tiedGroups().empty());
+    QCOMPARE(t.noSplitClasses(), std::vector<std::string>{"MixtralDecoderLayer"});
+    // Tied where config.json says so: the head counts once (1600 parameters fewer).
+    s.tied = true;
+    auto dt = dir("mixtral-tied");
+    fixtures::writeSharded(dt, fixtures::moeTensors(s, DType::F32), 1, true);
+    fixtures::writeJson(dt + "/config.json", fixtures::moeConfig(s, DType::F32));
+    ModuleTree tt = buildModuleTree(Checkpoint::open(dt), DType::F32);
+    QCOMPARE(tt.root().paramCount, uint64_t(14160 - 1600));
+    QCOMPARE(tt.tiedGroups().size(), size_t(1));
+}
+
+void TestModuleTree::mixtralIndexOnlyAsShards()
+{
+    // Plan before download: config.json and the index alone give the tree
+    // and sizes the shards do, in bf16.
+    fixtures::MoeShape s;
+    s.layers = 3;
+    auto full = dir("mixtral-full"), index = dir("mixtral-index");
+    fixtures::writeSharded(full, fixtures::moeTensors(s, DType::BF16), 3, true);
+    fixtures::writeSharded(index, fixtures::moeTensors(s, DType::BF16), 3, true, /*writeShards=*/false);
+    for (const auto& d : {full, index})
+        fixtures::writeJson(d + "/config.json", fixtures::moeConfig(s, DType::BF16));
+    Checkpoint ci = Checkpoint::open(index);
+    QVERIFY(ci.indexOnly());
+    ModuleTree a = buildModuleTree(Checkpoint::open(full), std::nullopt), b = buildModuleTree(ci, std::nullopt);
+    QCOMPARE(*b.dtype(), DType::BF16);
+    QCOMPARE(a.modules().size(), b.modules().size());
+    for (size_t i = 0; i < a.modules().size(); ++i) {
+        QCOMPARE(a.modules()[i].name, b.modules()[i].name);
+        QCOMPARE(a.modules()[i].className, b.modules()[i].className);
+        QCOMPARE(a.modules()[i].bytes, b.modules()[i].bytes);
+    }
+    QVERIFY(b.missing().empty());
+    QVERIFY(paramOf(b, "model.layers.2.mlp.experts.down_proj").found());
+    // 3 layers of 5472 + 3216 = 19632 parameters, 2 bytes each, + 16 of buffers.
+    QCOMPARE(b.root().bytes, uint64_t(2 * 19632 + 16));
+}
+
+void TestModuleTree::qwen3MoeTree()
+{
+    // head_dim 8 (≠ 16 / 4), moe_intermediate_size 12, dense intermediate
+    // 24 in mlp_only_layers [1], 3 layers, 4 experts.
+    auto d = dir("qwen3moe");
+    fixtures::MoeShape s;
+    s.type = "qwen3_moe";
+    s.layers = 3;
+    s.headDim = 8;
+    s.mlpOnly = {1};
+    fixtures::writeSharded(d, fixtures::moeTensors(s, DType::F32), 1, true);
+    fixtures::writeJson(d + "/config.json", fixtures::moeConfig(s, DType::F32));
+    ModuleTree t = buildModuleTree(Checkpoint::open(d), DType::F32);
+    QCOMPARE(t.root().className, std::string("Qwen3MoeForCausalLM"));
+    // Qwen3MoeSparseMoeBlock builds experts before gate (unlike Mixtral).
+    QCOMPARE(modulesUnder(t, "model.layers.0"),
+             (QStringList{" Qwen3MoeDecoderLayer", ".self_attn Qwen3MoeAttention", ".self_attn.q_proj Linear",
+                          ".self_attn.k_proj Linear", ".self_attn.v_proj Linear", ".self_attn.o_proj Linear",
+                          ".self_attn.q_norm Qwen3MoeRMSNorm", ".self_attn.k_norm Qwen3MoeRMSNorm",
+                          ".mlp Qwen3MoeSparseMoeBlock", ".mlp.experts Qwen3MoeExperts", ".mlp.experts.act_fn SiLU",
+                          ".mlp.gate Qwen3MoeTopKRouter", ".input_layernorm Qwen3MoeRMSNorm",
+                          ".post_attention_layernorm Qwen3MoeRMSNorm"}));
+    QCOMPARE(modulesUnder(t, "model.layers.1.mlp"),
+             (QStringList{" Qwen3MoeMLP", ".gate_proj Linear", ".up_proj Linear", ".down_proj Linear", ".act_fn SiLU"}));
+    const Param& gateUp = paramOf(t, "model.layers.2.mlp.experts.gate_up_proj");
+    QCOMPARE(gateUp.shape, (std::vector<int64_t>{4, 24, 16}));
+    QCOMPARE(gateUp.parts[1].name, std::string("model.layers.2.mlp.experts.0.up_proj.weight"));
+    QCOMPARE(paramOf(t, "model.layers.2.mlp.experts.down_proj").parts[3].name,
+             std::string("model.layers.2.mlp.experts.3.down_proj.weight"));
+    QVERIFY2(t.missing().empty(), t.missing().empty() ? "" : t.missing()[0].c_str());
+    QVERIFY2(t.unexpected().empty(), t.unexpected().empty() ? "" : t.unexpected()[0].c_str());
+    // Attention: q 32x16 = 512, k and v 16x16 = 256 each, o 16x32 = 512,
+    // q_norm and k_norm 8 each: 1552; norms 32. Sparse MLP: router 4x16 = 64,
+    // gate_up 4x24x16 = 1536, down 4x16x12 = 768: 2368. Dense MLP: 3 x 24 x
+    // 16 = 1152. Layers 0 and 2: 3952 each, layer 1: 2736 (10,640). With
+    // embedding and head (1600 each) and the final norm (16): 13,856.
+    QCOMPARE(t.root().paramCount, uint64_t(13856));
+    // buffers: head_dim 8, 4 float32 each, two of them: 32 bytes.
+    QCOMPARE(t.root().bytes, uint64_t(4 * 13856 + 32));
+    QCOMPARE(t.noSplitClasses(), std::vector<std::string>{"Qwen3MoeDecoderLayer"});
+}
+
+void TestModuleTree::moeHubSizesBeforeDownload()
+{
+    // mistralai/Mixtral-8x7B-v0.1's config, index only. Per layer: attention
+    // 2 x 4096^2 + 2 x 1024 x 4096 = 41,943,040; router 8 x 4096 = 32,768;
+    // experts 8 x 3 x 14336 x 4096 = 1,409,286,144; norms 8,192:
+    // 1,451,270,144 x 32 = 46,440,644,608; embedding and head 2 x 32000 x
+    // 4096 = 262,144,000; norm 4096: 46,702,792,704 (the model card's 46.7B).
+    {
+        fixtures::MoeShape s{"mixtral", 32000, 4096, 14336, 0, 32, 32, 8, 0, 8, 2, {}, false};
+        auto d = dir("mixtral-8x7b");
+        fixtures::writeSharded(d, fixtures::moeTensors(s, DType::BF16), 19, true, false);
+        fixtures::writeJson(d + "/config.json", fixtures::moeConfig(s, DType::BF16));
+        ModuleTree t = buildModuleTree(Checkpoint::open(d), std::nullopt);
+        QCOMPARE(t.root().paramCount, uint64_t(46'702'792'704ull));
+        QVERIFY(t.missing().empty());
+        // head_dim 128: 64 float32 x 2 buffers = 512 bytes.
+        QCOMPARE(t.root().bytes, uint64_t(2 * 46'702'792'704ull + 512));
+    }
+    // Qwen/Qwen3-30B-A3B: 48 layers, head_dim 128, 128 experts of 768.
+    // Per layer: q 4096 x 2048 and o = 8,388,608 each, k and v 512 x 2048 =
+    // 1,048,576 each: 18,874,368; q_norm, k_norm 256; router 128 x 2048 =
+    // 262,144; experts 128 x 3 x 768 x 2048 = 603,979,776; norms 4096:
+    // 623,120,640 x 48 = 29,909,790,720; embedding and head 2 x 151936 x
+    // 2048 = 622,329,856; norm 2048: 30,532,122,624.
+    {
+        fixtures::MoeShape s{"qwen3_moe", 151936, 2048, 6144, 768, 48, 32, 4, 128, 128, 8, {}, false};
+        auto d = dir("qwen3-30b-a3b");
+        fixtures::writeSharded(d, fixtures::moeTensors(s, DType::BF16), 16, true, false);
+        fixtures::writeJson(d + "/config.json", fixtures::moeConfig(s, DType::BF16));
+        ModuleTree t = buildModuleTree(Checkpoint::open(d), std::nullopt);
+        QCOMPARE(t.root().paramCount, uint64_t(30'532'122'624ull));
+        QVERIFY(t.missing().empty());
+    }
+}
+
+void TestModuleTree::expertPartsChecked()
+{
+    fixtures::MoeShape s;
+    auto tensors = fixtures::moeTensors(s, DType::F32);
+    // One expert's up projection with the wrong shape: an error naming it.
+    auto bad = tensors;
+    for (auto& t : bad)
+        if (t.name == "model.layers.0.block_sparse_moe.experts.2.w3.weight")
+            t.shape = {25, 16};
+    auto d = dir("mixtral-bad");
+    fixtures::writeSharded(d, bad, 1, true);
+    fixtures::writeJson(d + "/config.json", fixtures::moeConfig(s, DType::F32));
+    try {
+        buildModuleTree(Checkpoint::open(d), DType::F32);
+        QFAIL("a wrong expert shape was accepted");
+    } catch (const InputError& e) {
+        QVERIFY2(std::string(e.what()).find("experts.2.w3.weight") != std::string::npos, e.what());
+    }
+    // One expert missing: that stored name is missing, and the fused
+    // parameter is not found (transformers would initialise it).
+    auto gap = tensors;
+    gap.erase(std::remove_if(gap.begin(), gap.end(),
+                             [](const fixtures::Tensor& t) {
+                                 return t.name == "model.layers.1.block_sparse_moe.experts.3.w2.weight";
+                             }),
+              gap.end());
+    auto g = dir("mixtral-gap");
+    fixtures::writeSharded(g, gap, 1, true);
+    fixtures::writeJson(g + "/config.json", fixtures::moeConfig(s, DType::F32));
+    ModuleTree t = buildModuleTree(Checkpoint::open(g), DType::F32);
+    QCOMPARE(t.missing(), std::vector<std::string>{"model.layers.1.block_sparse_moe.experts.3.w2.weight"});
+    QVERIFY(!paramOf(t, "model.layers.1.mlp.experts.down_proj").found());
+    QVERIFY(paramOf(t, "model.layers.1.mlp.experts.gate_up_proj").found());
 }
 
 QTEST_APPLESS_MAIN(TestModuleTree)

@@ -2,6 +2,7 @@
 // from infer_auto_device_map / get_balanced_memory / clean_device_map (see
 // docs/planner.md); the comments walk through why.
 #include "fixtures.h"
+#include "moefixtures.h"
 #include "stowage/checkpoint.h"
 #include "stowage/error.h"
 #include "stowage/planner.h"
@@ -107,6 +108,7 @@ private slots:
     void accelerateSizesAModelBuiltInFloat32();
     void bytesOfAGivenMap();
     void gemma3BeforeDownload();
+    void mixtralBeforeDownload();
 };
 
 namespace {
@@ -828,6 +830,46 @@ void TestPlanner::gemma3BeforeDownload()
     // lm_head goes with it: {"": 0}.
     QCOMPARE(QString::fromStdString(mapText(plan(t, budgets({{"0", 19882}, {"cpu", 1e9}})).deviceMap)),
              QString("'':0"));
+}
+
+void TestPlanner::mixtralBeforeDownload()
+{
+    // A tiny Mixtral with only config.json and the index (per-expert names,
+    // as on the Hub): vocab 100, hidden 16, 4 heads of 4, 2 kv heads,
+    // intermediate 24, 4 experts, 2 layers, untied, float32.
+    // Sizes transformers 5.6 counts on its meta model (fused experts):
+    //   embed_tokens 100 x 16 x 4 = 6,400; lm_head 6,400; norm 64;
+    //   rotary_emb 16 (inv_freq + original_inv_freq, 2 float32 each);
+    //   a layer: attention 768 + router 64 + gate_up_proj 4 x 48 x 16 = 3,072
+    //   + down_proj 4 x 16 x 24 = 1,536 + norms 32 = 5,472 parameters = 21,888.
+    const std::string d = path("mixtral-index");
+    fs::create_directories(d);
+    fixtures::MoeShape s;
+    fixtures::writeSharded(d, fixtures::moeTensors(s, DType::F32), 2, false, /*writeShards=*/false);
+    fixtures::writeJson(d + "/config.json", fixtures::moeConfig(s, DType::F32));
+    Checkpoint ck = Checkpoint::open(d);
+    QVERIFY(ck.indexOnly());
+    ModuleTree t = buildModuleTree(ck, std::nullopt);
+    QCOMPARE(t.root().bytes, uint64_t(6'400 + 2 * 21'888 + 64 + 16 + 6'400));
+    // Sequential, GPU 0 = 50,200, cpu = 30,000. The largest layers are
+    // layers.0 and layers.1 (21,888, no-split MixtralDecoderLayer), kept free
+    // on the main devices: GPU 0 offers 50,200 - 21,888 = 28,312.
+    //   model (50,256) does not fit: split into embed_tokens, layers, norm, rotary_emb.
+    //   embed_tokens 6,400 fits. layers (43,776) does not: split.
+    //   layers.0: 6,400 + 21,888 = 28,288 <= 28,312: GPU 0.
+    //   layers.1: the largest left is now lm_head (6,400): 28,288 + 21,888 =
+    //     50,176 > 50,200 - 6,400; no-split, so the cpu: 21,888 <= 30,000 - 6,400.
+    //   norm (21,952), rotary_emb (21,968) fit on the cpu; lm_head, the last,
+    //     reserves nothing: 28,368 <= 30,000.
+    // clean_device_map merges nothing: model's and layers' children differ.
+    QCOMPARE(QString::fromStdString(mapText(plan(t, budgets({{"0", 50'200}, {"cpu", 30'000}})).deviceMap)),
+             QString("model.embed_tokens:0, model.layers.0:0, model.layers.1:cpu, model.norm:cpu, "
+                     "model.rotary_emb:cpu, lm_head:cpu"));
+    // cpu = 20,000: layers.1 needs 21,888 > 20,000 - 6,400 and goes to disk,
+    // and everything after it with it (devices are never gone back to).
+    QCOMPARE(QString::fromStdString(mapText(plan(t, budgets({{"0", 50'200}, {"cpu", 20'000}})).deviceMap)),
+             QString("model.embed_tokens:0, model.layers.0:0, model.layers.1:disk, model.norm:disk, "
+                     "model.rotary_emb:disk, lm_head:disk"));
 }
 
 QTEST_APPLESS_MAIN(TestPlanner)

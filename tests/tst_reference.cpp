@@ -91,7 +91,29 @@ void TestReference::matchesReference_data()
             << QStringList{"--family", "phi3", "--dtype", "bfloat16", "--shards", "2"} << placement << false;
         QTest::addRow("phi4mini bf16 untied %s", placement)
             << QStringList{"--family", "phi4mini", "--dtype", "bfloat16", "--untied"} << placement << false;
+        // Mixture of experts: per-expert Hub tensors, 5.6's fused parameters;
+        // offloaded maps put whole MoE layers (experts and all) in RAM and on disk.
+        for (const char* family : {"mixtral", "qwen3_moe"})
+            QTest::addRow("%s %s", family, placement) << QStringList{"--family", family} << placement << false;
+        QTest::addRow("mixtral bf16 %s", placement)
+            << QStringList{"--family", "mixtral", "--dtype", "bfloat16"} << placement << false;
     }
+    QTest::addRow("qwen3_moe norm_topk_prob false cpu")
+        << QStringList{"--family", "qwen3_moe", "--no-norm-topk"} << "cpu" << false;
+    // The planned maps above put these tiny MoE models' layers (each near half
+    // the model, kept free on the main devices) all on disk; this map spreads
+    // them: layer 0 and its experts in RAM, the others on disk, the head on a
+    // simulated GPU.
+    for (const char* family : {"mixtral", "qwen3_moe"})
+        QTest::addRow("%s layers in ram and on disk", family)
+            << QStringList{"--family", family} << "ram-disk-gpu" << false;
+    QTest::addRow("mixtral bf16 layers in ram and on disk")
+        << QStringList{"--family", "mixtral", "--dtype", "bfloat16"} << "ram-disk-gpu" << false;
+    // Experts stored fused under 5.x's own names (as gpt-oss ships them):
+    // read 1:1, each expert a slice of the fused tensor.
+    for (const char* family : {"mixtral", "qwen3_moe"})
+        QTest::addRow("%s fused experts in ram and on disk", family)
+            << QStringList{"--family", family, "--fused-experts"} << "ram-disk-gpu" << false;
     // fp16 checkpoints computed from their fp16 weights on the CPU (widened
     // as the kernels read them, exact) and with their cache in fp16: the
     // reference computes in fp32 from the same fp16 values and rounds its keys
@@ -142,6 +164,15 @@ void TestReference::matchesReference()
         po.maxMemory = Budgets{{Device::cpu(), std::floor(total * 0.5)}};
     else if (placement == "simulated-gpu")
         po.maxMemory = Budgets{{Device::gpu(0), std::floor(total * 0.45)}, {Device::cpu(), std::floor(total * 0.3)}};
+    if (placement == "ram-disk-gpu") {
+        lo.deviceMap = {{"model.embed_tokens", Device::cpu()}, {"model.norm", Device::cpu()},
+                        {"model.rotary_emb", Device::cpu()}, {"lm_head", Device::gpu(0)}};
+        for (int c : tree.modules()[size_t(tree.find("model.layers"))].children) {
+            const std::string& layer = tree.modules()[size_t(c)].name;
+            lo.deviceMap.push_back({layer, layer == "model.layers.0" ? Device::cpu() : Device::disk()});
+        }
+        lo.simulateGpus = true;
+    }
     if (po.maxMemory) {
         lo.deviceMap = planDeviceMap(tree, po).deviceMap;
         lo.simulateGpus = true;

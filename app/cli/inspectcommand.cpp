@@ -9,10 +9,55 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
 namespace stowage::cli {
+namespace {
+
+// A stored expert tensor's name as a pattern over the experts:
+// "model.layers.0.block_sparse_moe.experts.*.w1.weight" (the last ".E." is
+// the expert's number).
+std::string expertPattern(const StoredPart& part)
+{
+    const std::string idx = "." + std::to_string(part.index) + ".";
+    const size_t at = part.name.rfind(idx);
+    return at == std::string::npos ? part.name : part.name.substr(0, at) + ".*." + part.name.substr(at + idx.size());
+}
+
+// Parameters whose checkpoint names differ from transformers 5.6's: fused
+// experts (the per-expert patterns they are read from, in order) and
+// tensors stored under an older name. A name that only lacks the base-model
+// prefix is not listed.
+nlohmann::ordered_json storedNames(const Checkpoint& ck, const ModuleTree& tree)
+{
+    auto out = nlohmann::ordered_json::array();
+    for (const Param& p : tree.params()) {
+        if (!p.parts.empty()) {
+            std::vector<std::string> patterns;
+            int64_t experts = 0;
+            for (const StoredPart& part : p.parts) {
+                const std::string pat = expertPattern(part);
+                if (std::find(patterns.begin(), patterns.end(), pat) == patterns.end())
+                    patterns.push_back(pat);
+                experts = std::max(experts, part.index + 1);
+            }
+            out.push_back({{"param", p.name}, {"stored", patterns}, {"experts", experts}});
+            continue;
+        }
+        if (p.tensor < 0)
+            continue;
+        const std::string& stored = ck.tensors()[size_t(p.tensor)].name;
+        const bool prefixOnly = p.name.size() > stored.size() &&
+                                p.name.compare(p.name.size() - stored.size(), stored.size(), stored) == 0;
+        if (stored != p.name && !prefixOnly)
+            out.push_back({{"param", p.name}, {"stored", {stored}}});
+    }
+    return out;
+}
+
+} // namespace
 
 int inspectCommand(const std::vector<std::string>& argv)
 {
@@ -47,6 +92,8 @@ int inspectCommand(const std::vector<std::string>& argv)
         for (const auto& p : tree.params())
             if (p.tensor >= 0 && ck.tensors()[size_t(p.tensor)].name != p.name)
                 storedAs[p.name] = ck.tensors()[size_t(p.tensor)].name;
+        // Parameters made of several stored tensors (fused MoE experts).
+        j["stored_names"] = storedNames(ck, tree);
         std::cout << j.dump(2) << '\n';
         return 0;
     }
@@ -78,6 +125,15 @@ int inspectCommand(const std::vector<std::string>& argv)
     for (const auto& c : tree.noSplitClasses())
         std::printf(" %s", c.c_str());
     std::printf("\n");
+    const auto renamed = storedNames(ck, tree);
+    if (!renamed.empty()) {
+        const auto& first = renamed[0];
+        std::string from;
+        for (const auto& n : first["stored"])
+            from += (from.empty() ? "" : " + ") + n.get<std::string>();
+        std::printf("stored under other names (%zu, first %s <- %s)\n", renamed.size(),
+                    first["param"].get<std::string>().c_str(), from.c_str());
+    }
     if (!tree.missing().empty())
         std::printf("missing from the checkpoint (%zu, first %s): transformers would initialise them randomly\n",
                     tree.missing().size(), tree.missing()[0].c_str());

@@ -33,6 +33,16 @@ std::optional<Reference> referenceFromName(const std::string& name)
 
 uint64_t Param::numel() const { return product(shape); }
 
+bool Param::found() const
+{
+    if (parts.empty())
+        return tensor >= 0;
+    for (const StoredPart& part : parts)
+        if (part.tensor < 0)
+            return false;
+    return true;
+}
+
 uint64_t Buffer::numel() const { return product(shape); }
 
 ModuleTree::ModuleTree()

@@ -150,13 +150,52 @@ ModuleTree buildModuleTree(const Checkpoint& ck, std::optional<DType> dtype, Ref
     const std::string prefix = skel->basePrefix + ".";
     std::vector<bool> used(ck.tensors().size(), false);
     const std::string& file = ck.weightsPath();
+    // The checkpoint's tensor for a full name, also under the base-model name.
+    const auto lookup = [&](const std::string& name) {
+        const TensorInfo* ti = ck.find(name);
+        if (!ti && name.rfind(prefix, 0) == 0)
+            ti = ck.find(name.substr(prefix.size()));
+        return ti;
+    };
+    // A stored tensor's shape against the one config.json implies.
+    const auto checkShape = [&](const TensorInfo& ti, const std::vector<int64_t>& shape) {
+        if (ti.shape != shape)
+            throw InputError(ti.shard >= 0 ? ck.shards()[static_cast<size_t>(ti.shard)].path : file,
+                             "tensor '" + ti.name + "' has shape " + shapeText(ti.shape) + " but config.json implies " +
+                                 shapeText(shape));
+    };
     for (size_t pi = 0; pi < t.params().size(); ++pi) {
         Param& p = t.m_params[pi];
-        const TensorInfo* ti = ck.find(p.name);
-        if (!ti && p.name.rfind(prefix, 0) == 0)
-            ti = ck.find(p.name.substr(prefix.size()));
+        const TensorInfo* ti = lookup(p.name);
         if (!ti)
             ti = findStoredUnderOldPrefix(ck, skel->storedPrefixes, p.name);
+        auto fused = skel->storedParts.find(p.name);
+        const bool renamed = fused != skel->storedParts.end() && fused->second.size() == 1 && fused->second[0].index < 0;
+        if (!ti && renamed)
+            ti = lookup(fused->second[0].name); // stored under an older name, read 1:1
+        else if (!ti && fused != skel->storedParts.end()) {
+            // Stored per expert: found when every part is (5.6 converts on
+            // load), each part's shape checked where shards are present.
+            p.parts = fused->second;
+            bool first = true;
+            for (StoredPart& part : p.parts) {
+                const TensorInfo* pt = lookup(part.name);
+                if (!pt) {
+                    t.m_missing.push_back(part.name);
+                    continue;
+                }
+                const size_t idx = static_cast<size_t>(pt - ck.tensors().data());
+                used[idx] = true;
+                part.tensor = static_cast<int>(idx);
+                if (ck.indexOnly())
+                    continue;
+                checkShape(*pt, part.shape);
+                if (first)
+                    p.stored = pt->dtype;
+                first = false;
+            }
+            continue;
+        }
         if (!ti) {
             if (!p.duplicate)
                 t.m_missing.push_back(p.name);
@@ -167,10 +206,7 @@ ModuleTree buildModuleTree(const Checkpoint& ck, std::optional<DType> dtype, Ref
         p.tensor = static_cast<int>(idx);
         if (ck.indexOnly())
             continue; // shape and dtype stay as config.json implies
-        if (ti->shape != p.shape)
-            throw InputError(ti->shard >= 0 ? ck.shards()[static_cast<size_t>(ti->shard)].path : file,
-                             "tensor '" + ti->name + "' has shape " + shapeText(ti->shape) + " but config.json implies " +
-                                 shapeText(p.shape));
+        checkShape(*ti, p.shape);
         p.stored = ti->dtype;
     }
     for (size_t i = 0; i < used.size(); ++i) {

@@ -46,7 +46,12 @@ at::Tensor ownedHostCopy(const at::Tensor& src, at::ScalarType dtype)
 } // namespace
 
 struct WeightStore::Slot {
-    std::string name;
+    std::string name;  // the parameter's, or for a part of a fused one the stored tensor's
+    std::string param; // the tree parameter it belongs to (its unit follows from it)
+    // An expert's part of a fused parameter: fetched when the router picks
+    // the expert (expert()), never by enter() or the prefetcher.
+    bool onDemand = false;
+    int64_t expert = -1;
     Device home;
     RtDevice* homeDev = nullptr;
     at::Tensor resident; // on its home device; undefined for disk
@@ -164,37 +169,57 @@ bool WeightStore::readsInPlace(const Slot& s) const
 
 void WeightStore::load(const ProgressFn& progress)
 {
-    // Every tree parameter gets a slot; tied duplicates point at their original.
+    // Every tree parameter gets a slot; tied duplicates point at their
+    // original. A fused expert parameter stored per expert gets one slot per
+    // stored tensor instead, homed where the map puts the parameter: loading
+    // never assembles the fused tensor (no second copy of the experts), and
+    // decoding reads only the experts the router picks (expert()).
     const auto& params = m_tree.params();
-    std::vector<int> paramOfTensor(m_ck.tensors().size(), -1);
-    for (size_t i = 0; i < params.size(); ++i) {
-        const Param& p = params[i];
+    std::vector<int> slotOfTensor(m_ck.tensors().size(), -1);
+    const auto addSlot = [&](const Param& p, const std::string& name, const std::vector<int64_t>& shape, int tensor) {
         auto slot = std::make_unique<Slot>();
-        slot->name = p.name;
+        slot->name = name;
+        slot->param = p.name;
         auto home = stowage::deviceFor(m_options.deviceMap, p.name);
         if (!home)
             throw InputError("device map", "tensor '" + p.name + "' is not covered by the device map");
         slot->home = *home;
         slot->homeDev = &deviceFor(*home);
-        slot->shape = p.shape;
-        slot->bytes = p.numel() * uint64_t(at::elementSize(m_weightDType));
-        if (!p.duplicate) {
-            if (p.tensor < 0)
-                throw InputError(m_ck.weightsPath(), "the checkpoint lacks '" + p.name + "', which running needs");
-            paramOfTensor[size_t(p.tensor)] = int(i);
-        }
-        m_byName[p.name] = slot.get();
+        slot->shape = shape;
+        uint64_t numel = 1;
+        for (int64_t d : shape)
+            numel *= uint64_t(d);
+        slot->bytes = numel * uint64_t(at::elementSize(m_weightDType));
+        if (tensor >= 0)
+            slotOfTensor[size_t(tensor)] = int(m_slots.size());
+        m_byName[name] = slot.get();
         m_slots.push_back(std::move(slot));
+        return m_slots.back().get();
+    };
+    for (const Param& p : params) {
+        if (!p.duplicate && !p.found())
+            throw InputError(m_ck.weightsPath(), "the checkpoint lacks '" + p.name + "', which running needs");
+        if (p.parts.empty()) {
+            addSlot(p, p.name, p.shape, p.duplicate ? -1 : p.tensor);
+            continue;
+        }
+        auto& parts = m_parts[p.name];
+        for (const StoredPart& part : p.parts) {
+            Slot* s = addSlot(p, part.name, part.shape, part.tensor);
+            s->onDemand = true;
+            s->expert = part.index;
+            parts.push_back(s);
+        }
     }
-    for (size_t i = 0; i < params.size(); ++i)
-        if (params[i].duplicate)
-            m_slots[i]->tiedTo = m_byName.at(params[i].tiedTo);
+    for (const Param& p : params)
+        if (p.duplicate)
+            m_byName.at(p.name)->tiedTo = m_byName.at(p.tiedTo);
 
     bool needOffload = false;
     uint64_t total = 0, done = 0;
-    for (size_t i = 0; i < params.size(); ++i)
-        if (!params[i].duplicate)
-            total += m_ck.tensors()[size_t(params[i].tensor)].nbytes;
+    for (size_t ti = 0; ti < slotOfTensor.size(); ++ti)
+        if (slotOfTensor[ti] >= 0)
+            total += m_ck.tensors()[ti].nbytes;
 
     // Reports how far the load is; false when the caller wants it cancelled.
     auto going = [&](const std::string& what) {
@@ -204,9 +229,9 @@ void WeightStore::load(const ProgressFn& progress)
     for (size_t shard = 0; shard < m_ck.shards().size(); ++shard) {
         for (size_t ti = 0; ti < m_ck.tensors().size(); ++ti) {
             const TensorInfo& t = m_ck.tensors()[ti];
-            if (size_t(t.shard) != shard || paramOfTensor[ti] < 0)
+            if (size_t(t.shard) != shard || slotOfTensor[ti] < 0)
                 continue;
-            Slot& s = *m_slots[size_t(paramOfTensor[ti])];
+            Slot& s = *m_slots[size_t(slotOfTensor[ti])];
             if (!going(s.name))
                 throw Cancelled();
             s.src = m_ck.data(t);
@@ -285,6 +310,43 @@ const RtDevice& WeightStore::unitDevice(const std::string& unit) const
 
 bool WeightStore::has(const std::string& name) const { return m_byName.count(name) > 0; }
 
+bool WeightStore::hasExperts(const std::string& param) const { return m_parts.count(param) > 0 || has(param); }
+
+std::vector<at::Tensor> WeightStore::expert(const std::string& param, int64_t e)
+{
+    std::vector<at::Tensor> out;
+    auto it = m_parts.find(param);
+    if (it == m_parts.end()) {
+        // Stored fused: the expert's slice of the whole parameter.
+        out.push_back(get(param)[e]);
+        return out;
+    }
+    if (!m_current)
+        throw std::logic_error("expert " + std::to_string(e) + " of '" + param + "' asked for outside its unit");
+    Unit& u = *m_current;
+    for (Slot* s : it->second) {
+        if (s->expert != e)
+            continue;
+        const auto at = std::find(u.slots.begin(), u.slots.end(), s);
+        if (at == u.slots.end())
+            throw std::logic_error("'" + s->name + "' is not a weight of unit " + u.name);
+        const size_t i = size_t(at - u.slots.begin());
+        // What fails midway stays in u.fetched for leave() or releaseAll() to give back.
+        if (!u.fetched[i].defined() && !(s->resident.defined() && s->homeDev == u.device)) {
+            fetchSlot(u, i, TraceKind::Fetch);
+            if (u.events[i]) { // a side-stream copy: the compute stream waits for it, as enter() does
+                cuda::wait(u.events[i], u.device->torch);
+                cuda::usedOnCurrentStream(u.fetched[i]);
+                u.events[i] = nullptr;
+            }
+        }
+        out.push_back(u.fetched[i].defined() ? u.fetched[i] : s->resident);
+    }
+    if (out.empty())
+        throw std::logic_error("'" + param + "' has no expert " + std::to_string(e));
+    return out;
+}
+
 namespace {
 // Starts reading the pages of [p, p + n) from disk into the page cache (a
 // hint: it returns at once). Not MADV_POPULATE_READ, which maps them too: it
@@ -322,12 +384,18 @@ void WeightStore::pause(double seconds, const std::function<bool()>& going) cons
 
 void WeightStore::fetchInto(Unit& u, bool ahead)
 {
-    const TraceKind copyKind = ahead ? TraceKind::Prefetch : TraceKind::Fetch;
-    for (size_t i = 0; i < u.slots.size(); ++i) {
+    for (size_t i = 0; i < u.slots.size(); ++i)
+        if (!u.slots[i]->onDemand) // experts wait for the router (expert())
+            fetchSlot(u, i, ahead ? TraceKind::Prefetch : TraceKind::Fetch);
+}
+
+void WeightStore::fetchSlot(Unit& u, size_t i, TraceKind copyKind)
+{
+    {
         checkInterrupt();
         Slot& s = *u.slots[i];
         if (s.resident.defined() && s.homeDev == u.device)
-            continue; // resident where it computes
+            return; // resident where it computes
         const double t0 = m_telemetry.now();
         at::Tensor src = s.resident.defined() ? s.resident : fromSource(s);
         if (!s.resident.defined())
@@ -340,7 +408,7 @@ void WeightStore::fetchInto(Unit& u, bool ahead)
             readAhead(s.src, uint64_t(src.nbytes()));
             u.fetched[i] = src;
             m_telemetry.event({t0, m_telemetry.now(), TraceKind::Map, u.name, s.name, u.device->label(), 0});
-            continue;
+            return;
         }
         m_telemetry.allocate(u.device->label(), s.bytes, s.name);
         u.held[i] = s.bytes;
@@ -389,7 +457,7 @@ void WeightStore::setOrder(std::vector<std::string> units)
         RtDevice* dev = nullptr;
         bool oneGpu = true, allCpu = true;
         for (auto& sp : m_slots) {
-            if (!isUnder(sp->name, u))
+            if (!isUnder(sp->param, u))
                 continue;
             Slot* s = sp->tiedTo ? sp->tiedTo : sp.get();
             if (std::find(unit.slots.begin(), unit.slots.end(), s) != unit.slots.end())
@@ -407,8 +475,10 @@ void WeightStore::setOrder(std::vector<std::string> units)
         unit.fetched.assign(unit.slots.size(), at::Tensor());
         unit.events.assign(unit.slots.size(), nullptr);
         unit.held.assign(unit.slots.size(), 0);
+        // Expert slots are fetched when routed to (expert()), so they neither
+        // make a unit need a fetch nor count in what prefetching it places.
         for (const Slot* slot : unit.slots)
-            if (!(slot->resident.defined() && slot->homeDev == unit.device)) {
+            if (!slot->onDemand && !(slot->resident.defined() && slot->homeDev == unit.device)) {
                 unit.needsFetch = true;
                 unit.fetchBytes += slot->bytes;
             }

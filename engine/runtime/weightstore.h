@@ -62,6 +62,25 @@ public:
     // for offloaded ones. Tied names resolve to the tensor they share.
     const at::Tensor& get(const std::string& name) const;
     bool has(const std::string& name) const;
+    // The weights of expert `e` of the fused parameter `param`
+    // ("model.layers.0.mlp.experts.gate_up_proj"), on the current unit's
+    // device: its stored tensors in Param::parts order (gate and up for
+    // gate_up_proj, down for down_proj), or the slice [e] of a parameter
+    // stored fused. Only between enter() and leave() of its unit.
+    //
+    // Prefetch and experts: which experts a token needs is known only once
+    // its router has run, inside the unit's forward, so neither enter() nor
+    // the prefetcher fetches an expert slot (a unit's fetch and prefetch
+    // cover its attention, norms and router). The first call for an
+    // offloaded expert fetches it then, synchronously (computing on the CPU
+    // from disk: a view of the mapping and a read-ahead hint, no copy);
+    // leave() drops it with the unit's other fetched weights. So a decode
+    // step moves only the experts the router picked, never the others.
+    // A parameter the checkpoint stores fused is one slot, fetched whole by
+    // enter() like any weight (all its experts; slicing its mapping per
+    // expert would bring it in line, not done yet).
+    std::vector<at::Tensor> expert(const std::string& param, int64_t e);
+    bool hasExperts(const std::string& param) const;
 
     std::vector<std::string> deviceDescriptions() const;
     Telemetry& telemetry() { return m_telemetry; }
@@ -100,7 +119,8 @@ private:
     void dropFetched(Unit& u);
     RtDevice& deviceFor(const Device& d);
     at::Tensor fromSource(const Slot& s) const; // the stored bytes as a CPU tensor (zero-copy view)
-    void fetchInto(Unit& u, bool ahead);        // copies offloaded weights to u.device (ahead: by the prefetcher)
+    void fetchInto(Unit& u, bool ahead);        // copies offloaded weights to u.device (ahead: by the prefetcher), experts aside
+    void fetchSlot(Unit& u, size_t i, TraceKind kind); // the same for u.slots[i]
     void checkInterrupt() const;                // throws Stopped when asked to
     // Sleeps, interruptibly: throws Stopped when asked to, and Cancelled when
     // `going` (a load's progress check) returns false.
@@ -124,6 +144,7 @@ private:
     std::unique_ptr<OffloadFolder> m_offload;
     std::vector<std::unique_ptr<Slot>> m_slots;
     std::unordered_map<std::string, Slot*> m_byName;
+    std::unordered_map<std::string, std::vector<Slot*>> m_parts; // a fused parameter's part slots, in Param::parts order
     std::unordered_map<std::string, Unit> m_units;
     std::vector<Unit*> m_order; // units in the order forward() enters them (m_units' nodes stay put)
 

@@ -31,7 +31,7 @@ import st_io  # noqa: E402
 
 TRANSFORMERS_VERSION = "4.46.0"
 FAMILIES = ["gpt2", "llama", "llama3", "mistral", "qwen2", "qwen3", "opt", "opt-proj",
-            "gemma3_text", "gemma3", "phi3", "phi4mini"]
+            "gemma3_text", "gemma3", "phi3", "phi4mini", "mixtral", "qwen3_moe"]
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -525,6 +525,143 @@ def gemma3_layout(c, tied):
             t += [(l + "self_attn.%s.bias" % proj, [VH], "bias"), (l + "self_attn.%s.weight" % proj, [VH, VH], "linear")]
     t += [(vp + "post_layernorm.bias", [VH], "bias"), (vp + "post_layernorm.weight", [VH], "norm")]
     return t
+def moe_config(family, tied, norm_topk):
+    # The fields a 4.4x MixtralConfig / Qwen3MoeConfig save writes.
+    if family == "mixtral":
+        return {
+            "architectures": ["MixtralForCausalLM"],
+            "attention_dropout": 0.0,
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+            "hidden_act": "silu",
+            "hidden_size": 48,
+            "initializer_range": 0.02,
+            "intermediate_size": 64,
+            "max_position_embeddings": 512,
+            "model_type": "mixtral",
+            "num_attention_heads": 4,
+            "num_experts_per_tok": 2,
+            "num_hidden_layers": 2,
+            "num_key_value_heads": 2,
+            "num_local_experts": 4,
+            "output_router_logits": False,
+            "rms_norm_eps": 1e-05,
+            "rope_theta": 1000000.0,
+            "router_aux_loss_coef": 0.02,
+            "router_jitter_noise": 0.0,
+            "sliding_window": None,
+            "tie_word_embeddings": tied,
+            "use_cache": True,
+            "vocab_size": 160,
+        }
+    return {
+        "architectures": ["Qwen3MoeForCausalLM"],
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "bos_token_id": 167,
+        "decoder_sparse_step": 1,
+        "eos_token_id": 169,
+        "head_dim": 16,
+        "hidden_act": "silu",
+        "hidden_size": 32,
+        "initializer_range": 0.02,
+        "intermediate_size": 96,
+        "max_position_embeddings": 512,
+        "max_window_layers": 3,
+        "mlp_only_layers": [1],
+        "model_type": "qwen3_moe",
+        "moe_intermediate_size": 40,
+        "norm_topk_prob": norm_topk,
+        "num_attention_heads": 4,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "num_hidden_layers": 3,
+        "num_key_value_heads": 2,
+        "output_router_logits": False,
+        "rms_norm_eps": 1e-06,
+        "rope_scaling": None,
+        "rope_theta": 1000000.0,
+        "router_aux_loss_coef": 0.001,
+        "sliding_window": None,
+        "tie_word_embeddings": tied,
+        "use_cache": True,
+        "use_sliding_window": False,
+        "vocab_size": 170,
+    }
+
+
+def moe_layout(family, c, prefix, tied):
+    """Per-expert names, as save_pretrained of the pre-5.x models wrote them (and Hub
+    checkpoints hold): state_dict order, router before experts."""
+    H, V = c["hidden_size"], c["vocab_size"]
+    nh, nkv = c["num_attention_heads"], c["num_key_value_heads"]
+    hd = c.get("head_dim") or H // nh
+    mixtral = family == "mixtral"
+    E = c["num_local_experts"] if mixtral else c["num_experts"]
+    I = c["intermediate_size"] if mixtral else c["moe_intermediate_size"]
+    p = "model." if prefix else ""
+    t = [(p + "embed_tokens.weight", [V, H], "embed")]
+    for i in range(c["num_hidden_layers"]):
+        l = "%slayers.%d." % (p, i)
+        t += [(l + "self_attn.q_proj.weight", [nh * hd, H], "linear"),
+              (l + "self_attn.k_proj.weight", [nkv * hd, H], "linear"),
+              (l + "self_attn.v_proj.weight", [nkv * hd, H], "linear"),
+              (l + "self_attn.o_proj.weight", [H, nh * hd], "linear")]
+        if not mixtral:
+            t += [(l + "self_attn.q_norm.weight", [hd], "qk_norm"), (l + "self_attn.k_norm.weight", [hd], "qk_norm")]
+        if mixtral:
+            # MixtralSparseMoeBlock (4.x): gate, experts[e] = MixtralBlockSparseTop2MLP(w1, w2, w3)
+            b = l + "block_sparse_moe."
+            t.append((b + "gate.weight", [E, H], "linear"))
+            for e in range(E):
+                x = "%sexperts.%d." % (b, e)
+                t += [(x + "w1.weight", [I, H], "linear"), (x + "w2.weight", [H, I], "linear"),
+                      (x + "w3.weight", [I, H], "linear")]
+        elif i not in c["mlp_only_layers"] and (i + 1) % c["decoder_sparse_step"] == 0:
+            # Qwen3MoeSparseMoeBlock (4.x): gate, experts[e] = Qwen3MoeMLP(gate_proj, up_proj, down_proj)
+            t.append((l + "mlp.gate.weight", [E, H], "linear"))
+            for e in range(E):
+                x = "%smlp.experts.%d." % (l, e)
+                t += [(x + "gate_proj.weight", [I, H], "linear"), (x + "up_proj.weight", [I, H], "linear"),
+                      (x + "down_proj.weight", [H, I], "linear")]
+        else:
+            D = c["intermediate_size"]
+            t += [(l + "mlp.gate_proj.weight", [D, H], "linear"), (l + "mlp.up_proj.weight", [D, H], "linear"),
+                  (l + "mlp.down_proj.weight", [H, D], "linear")]
+        t += [(l + "input_layernorm.weight", [H], "norm"), (l + "post_attention_layernorm.weight", [H], "norm")]
+    t.append((p + "norm.weight", [H], "norm"))
+    if not tied:
+        t.append(("lm_head.weight", [V, H], "embed"))
+    return t
+
+
+def fuse_experts(family, tensors):
+    """The same weights as transformers 5.x names them in memory (and as a checkpoint that
+    stores experts fused holds them): per layer mlp.gate.weight, then
+    mlp.experts.gate_up_proj = cat([stack(gate over experts), stack(up)], dim=1) [E, 2I, H]
+    and mlp.experts.down_proj = stack(down) [E, H, I] (conversion_mapping.py's operations)."""
+    gate_name, up_name, down_name = ("w1", "w3", "w2") if family == "mixtral" else ("gate_proj", "up_proj", "down_proj")
+    block = ".block_sparse_moe." if family == "mixtral" else ".mlp."
+    by_name = dict(tensors)
+    out = []
+    for name, t in tensors:
+        if block + "experts." in name:
+            continue
+        if not name.endswith(block + "gate.weight"):
+            out.append((name, t))
+            continue
+        layer = name[: -len(block + "gate.weight")]
+        src = layer + block + "experts."
+        n = 0
+        while "%s%d.%s.weight" % (src, n, gate_name) in by_name:
+            n += 1
+
+        def stack(piece):
+            return torch.stack([by_name["%s%d.%s.weight" % (src, e, piece)] for e in range(n)], dim=0)
+        out.append((layer + ".mlp.gate.weight", t))
+        out.append((layer + ".mlp.experts.gate_up_proj", torch.cat([stack(gate_name), stack(up_name)], dim=1)))
+        out.append((layer + ".mlp.experts.down_proj", stack(down_name)))
+    return out
 
 
 # ----------------------------------------------------------------------------- weights
@@ -576,8 +713,11 @@ def make_tensor(shape, kind, gen):
     raise ValueError(kind)
 
 
-def build(family, seed, tied, prefix, pre_ln):
-    if family == "gpt2":
+def build(family, seed, tied, prefix, pre_ln, norm_topk=True):
+    if family in ("mixtral", "qwen3_moe"):
+        cfg = moe_config(family, tied, norm_topk)
+        layout = moe_layout(family, cfg, prefix, tied)
+    elif family == "gpt2":
         cfg = gpt2_config(tied)
         layout = gpt2_layout(cfg, prefix, tied)
     elif family in ("opt", "opt-proj"):
@@ -663,7 +803,8 @@ def write(out, cfg, tensors, dtype_name, shards):
 
 DEFAULT_TIED = {"gpt2": True, "llama": False, "llama3": True, "mistral": False,
                 "qwen2": True, "qwen3": True, "opt": True, "opt-proj": True,
-                "gemma3_text": True, "gemma3": True, "phi3": False, "phi4mini": True}
+                "gemma3_text": True, "gemma3": True, "phi3": False, "phi4mini": True,
+                "mixtral": False, "qwen3_moe": False}
 DEFAULT_PRE_LN = {"opt": True, "opt-proj": False}  # opt-proj mirrors opt-350m (post-LN)
 
 
@@ -683,6 +824,12 @@ def main(argv=None):
     g2 = ap.add_mutually_exclusive_group()
     g2.add_argument("--pre-ln", dest="pre_ln", action="store_true", default=None)
     g2.add_argument("--post-ln", dest="pre_ln", action="store_false")
+    ap.add_argument("--no-norm-topk", action="store_true",
+                    help="qwen3_moe only: norm_topk_prob false (the config class default); true otherwise, "
+                         "as Qwen3-30B-A3B")
+    ap.add_argument("--fused-experts", action="store_true",
+                    help="mixtral/qwen3_moe: store the experts fused under transformers 5.x's names "
+                         "(mlp.experts.gate_up_proj, mlp.experts.down_proj, mlp.gate) instead of one by one")
     a = ap.parse_args(argv)
     tied = DEFAULT_TIED[a.family] if a.tied is None else a.tied
     if a.no_prefix:
@@ -696,7 +843,13 @@ def main(argv=None):
     pre_ln = DEFAULT_PRE_LN.get(a.family, True) if a.pre_ln is None else a.pre_ln
     if a.shards < 1:
         ap.error("--shards must be >= 1")
-    cfg, tensors = build(a.family, a.seed, tied, not a.no_prefix, pre_ln)
+    if a.no_norm_topk and a.family != "qwen3_moe":
+        ap.error("--no-norm-topk applies to qwen3_moe only")
+    cfg, tensors = build(a.family, a.seed, tied, not a.no_prefix, pre_ln, not a.no_norm_topk)
+    if a.fused_experts:
+        if a.family not in ("mixtral", "qwen3_moe"):
+            ap.error("--fused-experts applies to mixtral and qwen3_moe only")
+        tensors = fuse_experts(a.family, tensors)
     write(a.out, cfg, tensors, a.dtype, a.shards)
 
 

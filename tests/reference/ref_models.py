@@ -220,7 +220,7 @@ class LlamaLike:
             q = self.lin(x, p + "self_attn.q_proj").view(T, self.nh, self.hd)
             k = self.lin(x, p + "self_attn.k_proj").view(T, self.nkv, self.hd)
             v = self.lin(x, p + "self_attn.v_proj").view(T, self.nkv, self.hd)
-            if self.type == "qwen3":
+            if self.type in ("qwen3", "qwen3_moe"):
                 q = self.rms(q, self.w[p + "self_attn.q_norm.weight"])
                 k = self.rms(k, self.w[p + "self_attn.k_norm.weight"])
             q, k, v = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)
@@ -242,11 +242,70 @@ class LlamaLike:
             h = r + self.lin(o, p + "self_attn.o_proj")
             r = h
             x = self.rms(h, self.w[p + "post_attention_layernorm.weight"])
-            x = self.lin(F.silu(self.lin(x, p + "mlp.gate_proj")) * self.lin(x, p + "mlp.up_proj"),
-                         p + "mlp.down_proj")
-            h = r + x
+            h = r + self.mlp(i, p, x)
         h = self.rms(h, self.w["norm.weight"])
         return F.linear(h, self.lm_head).float(), new_cache
+
+    def mlp(self, i, p, x):
+        # LlamaMLP: down(silu(gate(x)) * up(x))
+        return self.lin(F.silu(self.lin(x, p + "mlp.gate_proj")) * self.lin(x, p + "mlp.up_proj"), p + "mlp.down_proj")
+
+
+# ============================================================================ Mixture of experts
+
+class MoE(LlamaLike):
+    """modeling_mixtral.MixtralForCausalLM and modeling_qwen3_moe.Qwen3MoeForCausalLM
+    (transformers 5.6): Mistral / Qwen3 attention, and sparse MoE blocks whose experts
+    are fused on load as conversion_mapping.py does it (per-expert tensors stacked with
+    MergeModulelist(dim=0), gate and up joined with Concatenate(dim=1)), then run by
+    the eager *Experts.forward."""
+
+    def __init__(self, cfg, tensors, dtype):
+        super().__init__(cfg, tensors, dtype)
+        self.mixtral = self.type == "mixtral"
+        self.E = cfg["num_local_experts"] if self.mixtral else cfg["num_experts"]
+        self.k = cfg["num_experts_per_tok"]
+        # MixtralTopKRouter always renormalises; Qwen3MoeTopKRouter iff norm_topk_prob.
+        self.norm_topk = True if self.mixtral else cfg.get("norm_topk_prob", False)
+        src_names = ("w1", "w3", "w2") if self.mixtral else ("gate_proj", "up_proj", "down_proj")
+        self.fused = {}
+        for i in range(self.L):
+            fused = "layers.%d.mlp." % i
+            if fused + "experts.gate_up_proj" in self.w:  # stored as 5.x names it
+                self.fused[i] = (self.w[fused + "gate.weight"], self.w[fused + "experts.gate_up_proj"],
+                                 self.w[fused + "experts.down_proj"])
+                continue
+            src = "layers.%d.%s" % (i, "block_sparse_moe." if self.mixtral else "mlp.")
+            if src + "gate.weight" not in self.w:
+                continue  # a dense layer (mlp_only_layers)
+
+            def stack(n):
+                return torch.stack([self.w["%sexperts.%d.%s.weight" % (src, e, n)] for e in range(self.E)], dim=0)
+            gate_up = torch.cat([stack(src_names[0]), stack(src_names[1])], dim=1)  # [E, 2I, H]
+            self.fused[i] = (self.w[src + "gate.weight"], gate_up, stack(src_names[2]))  # down [E, H, I]
+
+    def mlp(self, i, p, x):
+        if i not in self.fused:
+            return super().mlp(i, p, x)
+        router, gate_up, down = self.fused[i]
+        router_logits = F.linear(x, router)
+        probs = torch.softmax(router_logits.float(), dim=-1)
+        top, index = torch.topk(probs, self.k, dim=-1)
+        if self.norm_topk:
+            top = top / top.sum(dim=-1, keepdim=True)
+        if not self.mixtral:
+            top = top.to(router_logits.dtype)  # Qwen3MoeTopKRouter casts back; Mixtral's stay float32
+        out = torch.zeros_like(x)
+        mask = F.one_hot(index, num_classes=self.E).permute(2, 1, 0)  # [E, k, T]
+        for e in range(self.E):
+            pos, tok = torch.where(mask[e])
+            if tok.numel() == 0:
+                continue
+            g, u = F.linear(x[tok], gate_up[e]).chunk(2, dim=-1)
+            y = F.linear(F.silu(g) * u, down[e])
+            y = y * top[tok, pos, None]
+            out.index_add_(0, tok, y.to(out.dtype))
+        return out
 
 
 # ============================================================================ Phi-3
@@ -641,6 +700,8 @@ def build_model(cfg, tensors, dtype=torch.float32):
         return Gemma3(cfg, tensors, dtype)
     if mt == "phi3":
         return Phi3(cfg, tensors, dtype)
+    if mt in ("mixtral", "qwen3_moe"):
+        return MoE(cfg, tensors, dtype)
     raise NotImplementedError("model_type " + mt)
 
 

@@ -23,6 +23,18 @@ enum class Reference { Transformers, Accelerate };
 const char* referenceName(Reference r);
 std::optional<Reference> referenceFromName(const std::string& name);
 
+// One stored tensor of a parameter transformers 5.6 fuses on load from
+// several (conversion_mapping.py: MergeModulelist stacks the experts along
+// dim 0, Concatenate joins each expert's gate and up along dim 1). The part
+// fills param[index, offset : offset + shape[0], ...].
+struct StoredPart {
+    std::string name;           // the checkpoint's name, with the base prefix ("model.layers.0.mlp.experts.3.up_proj.weight")
+    std::vector<int64_t> shape; // as config.json implies it
+    int64_t index = 0;          // along the parameter's dim 0 (the expert); -1: the whole parameter, renamed
+    int64_t offset = 0;         // along its dim 1
+    int tensor = -1;            // index into Checkpoint::tensors(), -1 when the checkpoint lacks it
+};
+
 struct Param {
     std::string name;      // full dotted name, e.g. "transformer.h.0.attn.c_attn.weight"
     std::vector<int64_t> shape;
@@ -32,6 +44,12 @@ struct Param {
     // storage with `tiedTo`, weighs nothing here and is placed with it.
     bool duplicate = false;
     std::string tiedTo;
+    // Non-empty: a fused parameter (MoE experts) the checkpoint stores as
+    // these tensors, in order; `tensor` is then -1 and the weight store
+    // keeps one slot per part.
+    std::vector<StoredPart> parts;
+    // Whether the checkpoint holds it: its tensor, or every part.
+    bool found() const;
     uint64_t numel() const;
 };
 

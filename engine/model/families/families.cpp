@@ -55,9 +55,21 @@ std::vector<SavedTensor> savedTensors(const ModelConfig& config, DType dtype)
     const auto skel = arch::buildSkeleton(config, dtype, 0);
     if (!skel)
         return out;
-    for (const Param& p : skel->tree.params())
-        if (!p.duplicate)
-            out.push_back({p.name, p.shape, dtypeIsFloating(p.stored) ? dtype : p.stored});
+    for (const Param& p : skel->tree.params()) {
+        if (p.duplicate)
+            continue;
+        const DType dt = dtypeIsFloating(p.stored) ? dtype : p.stored;
+        // A fused expert parameter is saved as the per-expert tensors
+        // transformers 5.6 reads it from (its conversion reversed on save).
+        auto fused = skel->storedParts.find(p.name);
+        if (fused == skel->storedParts.end())
+            out.push_back({p.name, p.shape, dt});
+        else if (fused->second.size() == 1 && fused->second[0].index < 0)
+            out.push_back({fused->second[0].name, p.shape, dt});
+        else
+            for (const StoredPart& part : fused->second)
+                out.push_back({part.name, part.shape, dt});
+    }
     for (const Buffer& b : skel->tree.buffers())
         if (b.persistent)
             out.push_back({b.name, b.shape, dtypeIsFloating(b.dtype) ? dtype : b.dtype});

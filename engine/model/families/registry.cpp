@@ -123,4 +123,26 @@ int norm(ModuleTree& t, int parent, const std::string& name, const std::string& 
     return m;
 }
 
+void renameStored(Skeleton& s, const std::string& param, const std::string& storedName, std::vector<int64_t> shape)
+{
+    s.storedParts[param] = {StoredPart{storedName, std::move(shape), -1, 0, -1}};
+}
+
+void fuseExperts(Skeleton& s, const std::string& param, int64_t experts,
+                 const std::vector<std::pair<std::string, std::vector<int64_t>>>& pieces)
+{
+    auto& parts = s.storedParts[param];
+    for (int64_t e = 0; e < experts; ++e) {
+        int64_t offset = 0;
+        for (const auto& [pattern, shape] : pieces) {
+            std::string name = pattern;
+            const size_t at = name.find("{e}");
+            if (at != std::string::npos)
+                name.replace(at, 3, std::to_string(e));
+            parts.push_back({name, shape, e, offset, -1});
+            offset += shape.empty() ? 0 : shape[0];
+        }
+    }
+}
+
 } // namespace stowage::arch

@@ -8,6 +8,7 @@
 #include "stowage/families.h"
 #include "stowage/moduletree.h"
 
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -28,6 +29,13 @@ struct Skeleton {
     // "language_model.model." where 5.6 builds "model.language_model.").
     // Prefixes end at a dot boundary; one module prefix may have several.
     std::vector<std::pair<std::string, std::string>> storedPrefixes;
+    // Parameters transformers 5.6 builds on load from several stored tensors
+    // (its conversion_mapping.py), by full parameter name: the parts in
+    // order, each with where it lands in the parameter. buildModuleTree
+    // gives them to the tree's Param::parts when the checkpoint does not
+    // hold the parameter itself under its own name (a fused save).
+    // fuseExperts() fills it for per-expert checkpoints.
+    std::map<std::string, std::vector<StoredPart>> storedParts;
 };
 
 // A family's row of the registry, defined by its skeleton file as
@@ -84,5 +92,15 @@ std::string activationClass(const std::string& name);
 // Helpers shared by the builders.
 int linear(ModuleTree& t, int parent, const std::string& name, int64_t in, int64_t out, bool bias, DType dt);
 int norm(ModuleTree& t, int parent, const std::string& name, const std::string& cls, int64_t dim, bool bias, DType dt);
+// Records that the fused expert parameter `param` ([experts, sum of the
+// pieces' rows, ...]) is stored per expert: for expert e, each of `pieces`
+// (a name with "{e}" for the expert's number, and its shape) in order,
+// stacked along dim 1 (transformers' MergeModulelist(dim=0) then
+// Concatenate(dim=1): gate rows first, then up).
+// Records that `param` is stored whole under another name (transformers
+// 5.6's WeightRenaming: Mixtral's block_sparse_moe.gate -> mlp.gate).
+void renameStored(Skeleton& s, const std::string& param, const std::string& storedName, std::vector<int64_t> shape);
+void fuseExperts(Skeleton& s, const std::string& param, int64_t experts,
+                 const std::vector<std::pair<std::string, std::vector<int64_t>>>& pieces);
 
 } // namespace stowage::arch

@@ -17,6 +17,7 @@
 #include <cmath>
 #include <ctime>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <unordered_map>
 #include <vector>
@@ -30,8 +31,8 @@ using J = nlohmann::ordered_json;
 // Bounds: a template is code from a download; it must not hang or eat memory.
 constexpr size_t kMaxOutput = size_t(16) << 20;
 constexpr uint64_t kMaxSteps = 2'000'000;
-constexpr int kMaxNesting = 200;  // parser: nested expressions and blocks
-constexpr int kMaxCallDepth = 64; // macro calls within calls
+constexpr int kMaxNesting = 100;  // parser: nested expressions and blocks
+constexpr int kMaxCallDepth = 32; // macro calls within calls
 constexpr int64_t kMaxRange = 1'000'000;
 
 // ---------------------------------------------------------------- UTF-8
@@ -59,6 +60,8 @@ int32_t codeOf(const std::string& ch)
 
 std::string encodeCp(int32_t cp)
 {
+    if (!utf8proc_codepoint_valid(cp))
+        cp = 0xfffd; // a lone surrogate from a \u escape: not UTF-8
     utf8proc_uint8_t buf[4];
     auto n = utf8proc_encode_char(cp, buf);
     return std::string(reinterpret_cast<char*>(buf), size_t(n));
@@ -1907,8 +1910,11 @@ private:
                                  typeName(v));
             if (e.k == Expr::Pos)
                 return v;
-            if (integral(v.j))
+            if (integral(v.j)) {
+                if (inum(v.j) == std::numeric_limits<int64_t>::min())
+                    fail(e.line, "integer overflow in unary '-'");
                 return Value::data(-inum(v.j));
+            }
             return Value::data(-num(v.j));
         }
         case Expr::Not: return Value::data(!truthy(eval(*e.args[0])));
@@ -1976,12 +1982,21 @@ private:
         const J &x = a.j, &y = b.j;
         if (numeric(x) && numeric(y)) {
             bool ints = integral(x) && integral(y);
+            if (ints && (op == "+" || op == "-" || op == "*")) {
+                int64_t r = 0;
+                bool over = op == "+" ? __builtin_add_overflow(inum(x), inum(y), &r)
+                            : op == "-" ? __builtin_sub_overflow(inum(x), inum(y), &r)
+                                        : __builtin_mul_overflow(inum(x), inum(y), &r);
+                if (over)
+                    fail(line, "integer overflow in '" + op + "' (Python's integers have no limit; these have 64 bits)");
+                return Value::data(r);
+            }
             if (op == "+")
-                return ints ? Value::data(inum(x) + inum(y)) : Value::data(num(x) + num(y));
+                return Value::data(num(x) + num(y));
             if (op == "-")
-                return ints ? Value::data(inum(x) - inum(y)) : Value::data(num(x) - num(y));
+                return Value::data(num(x) - num(y));
             if (op == "*")
-                return ints ? Value::data(inum(x) * inum(y)) : Value::data(num(x) * num(y));
+                return Value::data(num(x) * num(y));
             if (op == "/") {
                 if (num(y) == 0)
                     fail(line, "division by zero");
@@ -1991,7 +2006,10 @@ private:
                 if (num(y) == 0)
                     fail(line, "division by zero");
                 if (ints) {
-                    int64_t p = inum(x), q = inum(y), d = p / q, m = p % q;
+                    int64_t p = inum(x), q = inum(y);
+                    if (p == std::numeric_limits<int64_t>::min() && q == -1)
+                        fail(line, "integer overflow in '" + op + "'");
+                    int64_t d = p / q, m = p % q;
                     if (m != 0 && ((m < 0) != (q < 0))) {
                         --d;
                         m += q;
@@ -2004,8 +2022,9 @@ private:
             if (op == "**") {
                 if (ints && inum(y) >= 0) {
                     int64_t r = 1, base = inum(x);
-                    for (int64_t i = 0; i < inum(y) && i < 64; ++i)
-                        r *= base;
+                    for (int64_t i = 0; i < inum(y) && r != 0 && !(r == 1 && (base == 1 || base == 0) && i > 0); ++i)
+                        if (__builtin_mul_overflow(r, base, &r))
+                            fail(line, "integer overflow in '**'");
                     return Value::data(r);
                 }
                 return Value::data(std::pow(num(x), num(y)));
@@ -2022,8 +2041,10 @@ private:
         if (op == "*" && (((x.is_string() || x.is_array()) && integral(y)) || ((y.is_string() || y.is_array()) && integral(x)))) {
             const J& seq = x.is_string() || x.is_array() ? x : y;
             int64_t times = inum(x.is_string() || x.is_array() ? y : x);
-            if (times > 0 && (seq.is_string() ? seq.get_ref<const std::string&>().size() : seq.size()) * uint64_t(times) >
-                                 kMaxOutput)
+            const uint64_t unit = seq.is_string() ? seq.get_ref<const std::string&>().size() : seq.size();
+            if (times <= 0 || unit == 0)
+                return Value::data(seq.is_string() ? J("") : J::array());
+            if (uint64_t(times) > kMaxOutput / unit)
                 fail(line, "a repeated string or list passes the output limit");
             if (seq.is_string()) {
                 std::string r;
@@ -2522,6 +2543,13 @@ private:
         return applyFilter(e.name, in, a, e.line);
     }
 
+    int64_t toInt(double d, int line) const
+    {
+        if (!(std::fabs(d) < 9.2e18))
+            fail(line, "the number " + pyFloat(d) + " does not fit an integer");
+        return int64_t(d);
+    }
+
     Value attrPath(const Value& v, const std::string& path, int line) const
     {
         Value cur = v;
@@ -2529,10 +2557,12 @@ private:
         while (true) {
             size_t d = path.find('.', p);
             std::string part = path.substr(p, d == std::string::npos ? std::string::npos : d - p);
-            bool digits = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
+            int64_t index = 0;
+            auto r = std::from_chars(part.data(), part.data() + part.size(), index);
+            bool digits = !part.empty() && r.ec == std::errc() && r.ptr == part.data() + part.size();
             if (cur.kind == Value::Undef)
                 return cur;
-            cur = digits ? getItem(cur, Value::data(std::stoll(part)), line) : getItem(cur, Value::data(part), line);
+            cur = digits ? getItem(cur, Value::data(index), line) : getItem(cur, Value::data(part), line);
             if (d == std::string::npos)
                 return cur;
             p = d + 1;
@@ -2654,7 +2684,7 @@ private:
         if (f == "int") {
             const Value* d = a.get(0, "default");
             if (in.kind == Value::Data && numeric(in.j))
-                return Value::data(integral(in.j) ? inum(in.j) : int64_t(num(in.j)));
+                return integral(in.j) ? Value::data(inum(in.j)) : Value::data(toInt(num(in.j), line));
             if (in.isStr()) {
                 std::string s = strip(in.j.get<std::string>(), nullptr, true, true, line);
                 int64_t v = 0;
@@ -2664,7 +2694,7 @@ private:
                 char* end = nullptr;
                 double dv = std::strtod(s.c_str(), &end);
                 if (!s.empty() && end == s.c_str() + s.size())
-                    return Value::data(int64_t(dv));
+                    return Value::data(toInt(dv, line));
             }
             return d ? *d : Value::data(int64_t(0));
         }
@@ -2684,6 +2714,8 @@ private:
         if (f == "abs") {
             if (!(in.kind == Value::Data && numeric(in.j)))
                 fail(line, "abs needs a number");
+            if (integral(in.j) && inum(in.j) == std::numeric_limits<int64_t>::min())
+                fail(line, "integer overflow in abs");
             return integral(in.j) ? Value::data(std::abs(inum(in.j))) : Value::data(std::fabs(num(in.j)));
         }
         if (f == "round") {

@@ -2501,10 +2501,9 @@ private:
             fail(line, "macro calls nested deeper than " + std::to_string(kMaxCallDepth));
         if (a.pos.size() > m.targets.size())
             fail(line, "the macro " + m.text + " takes at most " + std::to_string(m.targets.size()) + " arguments");
-        Scope locals;
         std::vector<Scope> saved = std::move(m_scopes);
         m_scopes.clear();
-        m_scopes.push_back(saved[0]);
+        m_scopes.push_back(std::move(saved[0])); // the globals; the caller's locals stay out of sight
         m_scopes.emplace_back();
         for (size_t i = 0; i < m.targets.size(); ++i) {
             const Value* v = a.get(i, m.targets[i].c_str());

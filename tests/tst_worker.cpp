@@ -116,6 +116,7 @@ private slots:
     void unloadGivesMemoryBack();
     void badProtocolInputKeepsServing();
     void everyCommandAndEventThroughBothEnds();
+    void chatPromptThroughBothEnds();
 };
 
 void TestWorker::initTestCase()
@@ -669,6 +670,65 @@ void TestWorker::everyCommandAndEventThroughBothEnds()
         if (i > 0)
             QVERIFY(tokens[i].t > tokens[i - 1].t);
     }
+}
+
+void TestWorker::chatPromptThroughBothEnds()
+{
+    // "chat": true on generate, as the window's codec encodes it: the worker
+    // puts the prompt through the checkpoint's chat template, and the tokens
+    // are stowage-cli run --chat's.
+    const std::string dir = m_tmp.path().toStdString() + "/demo-chat";
+    fixtures::writeDemoWithChatTemplate(dir, "{{ bos_token }}{% for m in messages %}<|{{ m.role }}|>{{ m.content }}"
+                                             "{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}");
+    const QString d = QString::fromStdString(dir);
+    auto run = fixtures::runCli({"run", d, "--prompt", "Once upon a time", "--chat", "--max-new-tokens", "4",
+                                 "--ignore-eos", "--json"});
+    QVERIFY2(run.exitCode == 0, run.err.constData());
+    const auto expected = nlohmann::json::parse(run.out.toStdString())["token_ids"].get<std::vector<int32_t>>();
+    QCOMPARE(expected.size(), size_t(4));
+    auto plain = fixtures::runCli({"run", d, "--prompt", "Once upon a time", "--max-new-tokens", "4", "--ignore-eos",
+                                   "--json"});
+    QCOMPARE(plain.exitCode, 0);
+    QVERIFY(nlohmann::json::parse(plain.out.toStdString())["prompt_ids"] !=
+            nlohmann::json::parse(run.out.toStdString())["prompt_ids"]);
+
+    GenerateRequest g;
+    g.prompt = "Once upon a time";
+    g.chat = true;
+    g.maxNewTokens = 4;
+    g.ignoreEos = true;
+    const QJsonObject cmd = encodeGenerate(g, false);
+    QCOMPARE(cmd.value("chat").toBool(), true);
+    GenerateRequest noChat = g;
+    noChat.chat = false;
+    QVERIFY(!encodeGenerate(noChat, false).contains("chat")); // absent unless asked for
+
+    Harness h;
+    QVERIFY(h.start() >= 0);
+    LoadRequest load;
+    load.path = d;
+    load.deviceMap = {{"", Device::cpu()}};
+    int from = int(h.events.size());
+    h.client.send(encodeLoad(load));
+    const int loaded = h.waitFor("loaded", from);
+    QVERIFY2(loaded >= 0, qPrintable(h.client.stderrLog()));
+    h.client.send(cmd);
+    const int done = h.waitFor("done", loaded);
+    QVERIFY2(done >= 0, qPrintable(h.client.stderrLog()));
+    QCOMPARE(idsOf(h.events[size_t(done)].value("token_ids")), expected);
+    // "chat" without text to apply it to, or not a boolean: the input's fault.
+    for (const QJsonObject& bad : {QJsonObject{{"cmd", "generate"}, {"prompt_ids", QJsonArray{1}}, {"chat", true}},
+                                   QJsonObject{{"cmd", "generate"}, {"prompt", "x"}, {"chat", "yes"}}}) {
+        from = int(h.events.size());
+        h.client.send(bad);
+        const int e = h.waitFor("error", from);
+        QVERIFY(e >= 0);
+        QCOMPARE(h.events[size_t(e)].value("kind").toString(), QString("input"));
+        QVERIFY2(h.events[size_t(e)].value("message").toString().contains("chat"),
+                 qPrintable(h.events[size_t(e)].value("message").toString()));
+    }
+    h.client.shutdown();
+    QTRY_VERIFY_WITH_TIMEOUT(h.ended, 30000);
 }
 
 QTEST_GUILESS_MAIN(TestWorker)

@@ -43,7 +43,7 @@ int runCommand(const std::vector<std::string>& argv)
     valued.insert({"--device-map", "--prompt", "--prompt-ids", "--max-new-tokens", "--temperature", "--top-k", "--top-p",
                    "--seed", "--offload-folder", "--threads", "--logits", "--policy", "--hardware", "--unit-delay"});
     auto flags = planFlagOptions();
-    flags.insert({"--greedy", "--simulate-gpus", "--json", "--ignore-eos", "--throttle"});
+    flags.insert({"--greedy", "--simulate-gpus", "--json", "--ignore-eos", "--throttle", "--chat"});
     Args a(argv, valued, flags);
 
     SessionOptions so;
@@ -64,6 +64,9 @@ int runCommand(const std::vector<std::string>& argv)
     std::vector<int32_t> promptIds;
     if (ids)
         promptIds = parseIds(*ids, "--prompt-ids");
+    const bool chat = a.flag("--chat");
+    if (chat && ids)
+        throw InputError("--chat", "applies the chat template to --prompt text, not to --prompt-ids");
 
     LoadOptions& lo = so.load;
     lo.offloadFolder = a.value("--offload-folder").value_or("");
@@ -94,7 +97,9 @@ int runCommand(const std::vector<std::string>& argv)
     auto session = Session::open(std::move(ck), so);
     session->model().setUnitDelay(unitDelay);
     const Tokenizer* tok = session->tokenizer();
-    const std::vector<int32_t> prompt = ids ? promptIds : session->encodePrompt(a.value("--prompt").value_or(""));
+    const std::string promptText = a.value("--prompt").value_or("");
+    const std::vector<int32_t> prompt =
+        ids ? promptIds : chat ? session->encodeChatPrompt(promptText) : session->encodePrompt(promptText);
 
     // The command line keeps its own defaults: greedy unless a sampling
     // option is given, and those options as typed; stop ids come from

@@ -77,6 +77,7 @@ inline constexpr const char* Threads = "threads";
 // generate and step
 inline constexpr const char* Prompt = "prompt";
 inline constexpr const char* PromptIds = "prompt_ids";
+inline constexpr const char* Chat = "chat"; // the prompt text through the chat template, as one user message
 inline constexpr const char* MaxNewTokens = "max_new_tokens";
 inline constexpr const char* Greedy = "greedy";
 inline constexpr const char* Temperature = "temperature";

@@ -190,6 +190,8 @@ QJsonObject encodeGenerate(const GenerateRequest& g, bool step, int unitDelayMs)
         c[f::PromptIds] = ids;
     } else if (!step || !g.prompt.isNull()) {
         c[f::Prompt] = g.prompt;
+        if (g.chat)
+            c[f::Chat] = true;
     }
     if (step)
         c[f::UnitDelayMs] = unitDelayMs;

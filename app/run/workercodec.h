@@ -39,6 +39,7 @@ struct LoadRequest {
 struct GenerateRequest {
     QString prompt;
     QVector<int> promptIds; // used instead of `prompt` when not empty
+    bool chat = false;      // `prompt` through the checkpoint's chat template (not with promptIds)
     int maxNewTokens = 32;
     bool greedy = true;
     double temperature = 1.0;

@@ -289,7 +289,7 @@ void Worker::generate(const json& cmd, const json& request, bool oneStep)
     if (gc.promptIds)
         prompt = *gc.promptIds;
     else if (gc.prompt)
-        prompt = s.encodePrompt(*gc.prompt);
+        prompt = gc.chat ? s.encodeChatPrompt(*gc.prompt) : s.encodePrompt(*gc.prompt);
     else if (!oneStep)
         prompt = s.encodePrompt("");
     if (prompt)

@@ -263,8 +263,8 @@ LoadCommand parseLoad(const json& cmd)
 
 GenerateCommand parseGenerate(const json& cmd, bool step)
 {
-    std::vector<std::string> fields { f::Prompt, f::PromptIds, f::Greedy, f::Temperature, f::TopK, f::TopP, f::Seed,
-        f::IgnoreEos };
+    std::vector<std::string> fields { f::Prompt, f::PromptIds, f::Chat, f::Greedy, f::Temperature, f::TopK, f::TopP,
+        f::Seed, f::IgnoreEos };
     if (step)
         fields.push_back(f::UnitDelayMs);
     else
@@ -288,6 +288,9 @@ GenerateCommand parseGenerate(const json& cmd, bool step)
             throw fieldError(f::PromptIds, "a non-empty array of token ids");
         g.promptIds = out;
     }
+    g.chat = boolField(cmd, f::Chat).value_or(false);
+    if (g.chat && !g.prompt)
+        throw InputError("", "\"chat\" applies the chat template to \"prompt\" text: give \"prompt\"");
     if (auto n = numberField(cmd, f::MaxNewTokens, 1, 1e6, true))
         g.maxNewTokens = int(*n);
     g.greedy = boolField(cmd, f::Greedy);

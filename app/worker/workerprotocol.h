@@ -54,6 +54,7 @@ LoadCommand parseLoad(const nlohmann::json& cmd);
 struct GenerateCommand {
     std::optional<std::string> prompt;
     std::optional<std::vector<int32_t>> promptIds;
+    bool chat = false; // prompt through the checkpoint's chat template (one user message)
     std::optional<int> maxNewTokens;
     std::optional<bool> greedy;
     std::optional<float> temperature, topP;

@@ -2,6 +2,7 @@
 // together, with the prompt rules every front end shares.
 #include "stowage/session.h"
 
+#include "stowage/chattemplate.h"
 #include "stowage/error.h"
 #include "stowage/families.h"
 #include "stowage/tokenizer.h"
@@ -193,6 +194,22 @@ std::vector<int32_t> Session::encodePrompt(const std::string& text) const
         ids.push_back(*tok->bosId());
     if (ids.empty())
         throw InputError("prompt", "the prompt is empty and the tokenizer has no BOS token to start from");
+    return ids;
+}
+
+std::vector<int32_t> Session::encodeChatPrompt(const std::string& text) const
+{
+    const Tokenizer* tok = m_impl->tokenizer.get();
+    if (!tok)
+        throw InputError("prompt", "this checkpoint has no tokenizer to encode text with (" + m_impl->tokenizerProblem +
+                                       "); give token ids instead");
+    auto t = ChatTemplate::fromFolder(m_impl->checkpoint->folder());
+    if (!t)
+        throw InputError(m_impl->checkpoint->folder(), "no chat template (neither chat_template.jinja nor "
+                                                       "\"chat_template\" in tokenizer_config.json): run without --chat");
+    std::vector<int32_t> ids = tok->encode(t->applyToPrompt(text));
+    if (ids.empty())
+        throw InputError(t->path(), "the chat template rendered nothing to start from");
     return ids;
 }
 

@@ -38,7 +38,7 @@ HEADERS = {
     "plan": ["device.h", "planner.h", "kvcache.h", "costmodel.h", "hardware.h", "moduledevices.h",
              "placementlayout.h"],
     "runtime": ["generate.h", "model.h", "runtimeinfo.h", "session.h", "telemetry.h"],
-    "tokenizer": ["tokenizer.h"],
+    "tokenizer": ["tokenizer.h", "chattemplate.h"],
 }
 # What each engine folder may include, beyond its own headers.
 ALLOWED = {

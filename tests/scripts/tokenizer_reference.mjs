@@ -92,8 +92,14 @@ const gpt2 = packageModels("tokenizer-gpt2");
 const llama2 = packageModels("tokenizer-llama2");
 const llama3 = packageModels("tokenizer-llama3");
 const qwen3 = packageModels("tokenizer-qwen3");
+// The newer families: Gemma 3 (byte-fallback BPE, 262k vocab), gpt-oss
+// (o200k harmony), DeepSeek-V3 (byte-level BPE with its own split regex).
+const gemma3 = packageModels("tokenizer-gemma3");
+const gptoss = packageModels("tokenizer-gptoss");
+const deepseekV3 = packageModels("tokenizer-deepseek_v3");
 
-for (const [name, m] of [["gpt2", gpt2], ["llama2", llama2], ["llama3", llama3], ["qwen3", qwen3]]) {
+for (const [name, m] of [["gpt2", gpt2], ["llama2", llama2], ["llama3", llama3], ["qwen3", qwen3],
+                         ["gemma3", gemma3], ["gptoss", gptoss], ["deepseek_v3", deepseekV3]]) {
   const js = TokenizerLoader.fromPreTrained({ tokenizerJSON: m.json, tokenizerConfig: m.config });
   entries.push({ name, dir: m.dir, other: "transformers.js",
     otherEncode: (t) => Array.from(js.encode(t, { add_special_tokens: false })) });

@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <fstream>
 #include <stdexcept>
@@ -293,6 +294,23 @@ std::vector<std::string> keysOf(const nlohmann::ordered_json& j)
     for (auto it = j.begin(); it != j.end(); ++it)
         keys.push_back(it.key());
     return keys;
+}
+
+void writeDemoWithChatTemplate(const std::string& dir, const std::string& chatTemplate)
+{
+    namespace fs = std::filesystem;
+    const fs::path demo = fs::path(STOWAGE_TEST_SCRIPTS) / ".." / ".." / "resources" / "demo";
+    fs::create_directories(dir);
+    for (const auto& e : fs::directory_iterator(demo)) {
+        const fs::path to = fs::path(dir) / e.path().filename();
+        if (e.path().filename() == "tokenizer_config.json" || fs::exists(to))
+            continue;
+        fs::copy_file(e.path(), to); // a copy: the checkpoint refuses shards that lead outside its folder
+    }
+    std::ifstream in(demo / "tokenizer_config.json");
+    nlohmann::json cfg = nlohmann::json::parse(in);
+    cfg["chat_template"] = chatTemplate;
+    writeJson((fs::path(dir) / "tokenizer_config.json").string(), cfg);
 }
 
 } // namespace fixtures

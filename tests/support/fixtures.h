@@ -76,4 +76,9 @@ QString badInputProblem(const CliResult& r, const QString& message);
 // The keys of a JSON object, in order.
 std::vector<std::string> keysOf(const nlohmann::ordered_json& j);
 
+// The bundled demo (resources/demo, a Llama whose tokenizer_config.json says
+// add_bos_token and bos_token "<s>") copied into `dir`, its
+// tokenizer_config.json given "chat_template": `chatTemplate`.
+void writeDemoWithChatTemplate(const std::string& dir, const std::string& chatTemplate);
+
 } // namespace fixtures

@@ -85,6 +85,12 @@ public:
     // for llama, mistral and opt), BOS alone for an empty prompt. Throws
     // InputError without a tokenizer or with nothing to start from.
     std::vector<int32_t> encodePrompt(const std::string& text) const;
+    // The prompt as one user message through the checkpoint's chat template,
+    // as transformers' apply_chat_template([{"role": "user", "content": text}],
+    // add_generation_prompt=True, tokenize=True) gives it: the rendered text
+    // encoded with no BOS added (the template writes its own). Throws
+    // InputError naming the file when there is no template, or it refuses.
+    std::vector<int32_t> encodeChatPrompt(const std::string& text) const;
     // From generation_config.json: greedy unless do_sample, its temperature,
     // top_k and top_p (else 1, off, 1) and its eos_token_id (else
     // config.json's) as stop ids.

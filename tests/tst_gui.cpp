@@ -30,7 +30,9 @@
 #include <QComboBox>
 #include <QFileDialog>
 #include <QLineEdit>
+#include <QLabel>
 #include <QListWidget>
+#include <QMenuBar>
 #include <QProcess>
 #include <QSignalSpy>
 #include <QTableView>
@@ -70,6 +72,7 @@ private slots:
     void hubCacheDialogListsAndOpens();
     void screenshotShowsBarsMapAndTotals();
     void demoOpensOnItsOwnBudgetsAndGivesThemBack();
+    void mnemonicsAreUniqueAndTabsSwitchByKeys();
 
 private:
     void open(MainWindow& w);
@@ -493,6 +496,48 @@ void TestGui::demoOpensOnItsOwnBudgetsAndGivesThemBack()
     QCOMPARE(m->gpuCount(), 0);
     QCOMPARE(m->at(m->rowOf(Device::cpu())).budget, quint64(3'000'000'000));
     QVERIFY(w.planningPage()->budgetNote().isEmpty());
+}
+
+void TestGui::mnemonicsAreUniqueAndTabsSwitchByKeys()
+{
+    MainWindow w(fixedMachine());
+    open(w);
+    // Every Alt+letter of the menu bar and of the Plan page's labels opens
+    // one thing: Alt+D the Devices menu, Alt+R the Run menu.
+    auto mnemonic = [](const QString& text) {
+        const int i = text.indexOf(QRegularExpression(QStringLiteral("&[^&]")));
+        return i < 0 ? QChar() : text.at(i + 1).toUpper();
+    };
+    QMap<QChar, QString> owners;
+    QStringList clashes;
+    auto claim = [&](const QString& text) {
+        const QChar c = mnemonic(text);
+        if (c.isNull())
+            return;
+        if (owners.contains(c))
+            clashes << owners[c] + " / " + text;
+        owners[c] = text;
+    };
+    for (QAction* a : w.menuBar()->actions())
+        claim(a->text());
+    QCOMPARE(owners.value('D'), QString("&Devices"));
+    QCOMPARE(owners.value('R'), QString("&Run"));
+    for (QLabel* l : w.planningPage()->findChildren<QLabel*>())
+        if (l->buddy())
+            claim(l->text());
+    QVERIFY2(clashes.isEmpty(), qPrintable(clashes.join(", ")));
+
+    // Ctrl+PgDown / Ctrl+PgUp (and Ctrl+Tab) switch Plan and Run from any focus.
+    QTreeView* tree = w.findChild<QTreeView*>();
+    QVERIFY(tree);
+    tree->setFocus();
+    QCOMPARE(w.pages()->currentIndex(), 0);
+    QTest::keyClick(tree, Qt::Key_PageDown, Qt::ControlModifier);
+    QCOMPARE(w.pages()->currentIndex(), 1);
+    QTest::keyClick(QApplication::focusWidget() ? QApplication::focusWidget() : &w, Qt::Key_PageUp, Qt::ControlModifier);
+    QCOMPARE(w.pages()->currentIndex(), 0);
+    QTest::keyClick(QApplication::focusWidget() ? QApplication::focusWidget() : &w, Qt::Key_Tab, Qt::ControlModifier);
+    QCOMPARE(w.pages()->currentIndex(), 1);
 }
 
 QTEST_MAIN(TestGui)

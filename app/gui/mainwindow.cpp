@@ -33,6 +33,7 @@
 #include <QMimeData>
 #include <QScrollArea>
 #include <QSettings>
+#include <QShortcut>
 #include <QSplitter>
 #include <QStandardPaths>
 #include <QStatusBar>
@@ -126,6 +127,18 @@ MainWindow::MainWindow(Options options, QWidget* parent) : QMainWindow(parent), 
     m_pages->setDocumentMode(true);
     m_pages->addTab(m_splitter, tr("Plan"));
     m_pages->addTab(m_run, tr("Run"));
+    // Plan and Run switch from anywhere in the window, as tabs do in other Qt
+    // apps (a QTabWidget alone only sees Ctrl+Tab while it has the focus).
+    const std::pair<QKeySequence, int> tabKeys[] = {{QKeySequence(Qt::CTRL | Qt::Key_PageDown), 1},
+                                                    {QKeySequence(Qt::CTRL | Qt::Key_Tab), 1},
+                                                    {QKeySequence(Qt::CTRL | Qt::Key_PageUp), -1},
+                                                    {QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_Backtab), -1}};
+    for (const auto& [key, step] : tabKeys) {
+        auto* sc = new QShortcut(key, this);
+        connect(sc, &QShortcut::activated, this, [this, step = step] {
+            m_pages->setCurrentIndex((m_pages->currentIndex() + step + m_pages->count()) % m_pages->count());
+        });
+    }
     layout->addWidget(m_summary);
     layout->addWidget(m_errorBar);
     layout->addWidget(m_pages, 1);

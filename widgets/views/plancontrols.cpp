@@ -70,9 +70,9 @@ PlanControls::PlanControls(QWidget* parent) : QWidget(parent)
     };
     grid->addWidget(label(tr("&Strategy"), m_strategy), 0, 0);
     grid->addWidget(m_strategy, 0, 1);
-    grid->addWidget(label(tr("&dtype"), m_dtype), 0, 2);
+    grid->addWidget(label(tr("d&type"), m_dtype), 0, 2);
     grid->addWidget(m_dtype, 0, 3);
-    grid->addWidget(label(tr("&Reference"), m_reference), 0, 4);
+    grid->addWidget(label(tr("R&eference"), m_reference), 0, 4);
     grid->addWidget(m_reference, 0, 5);
     grid->addWidget(label(tr("&No split"), m_noSplit), 1, 0);
     grid->addWidget(m_noSplit, 1, 1, 1, 3);

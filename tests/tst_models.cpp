@@ -168,7 +168,14 @@ void TestModels::budgetSteps()
     QCOMPARE(BudgetModel::snap(3 * GiB + 300 * (1ull << 20), 512ull << 20), 3 * GiB + (512ull << 20));
     QCOMPARE(sizeString(8 * GiB), QString("8GiB"));
     QCOMPARE(sizeString(10'000'000'000), QString("10GB"));
-    QCOMPARE(sizeString(1234567), QString("1234567"));
+    QCOMPARE(sizeString(1234567), QString("1234567")); // 1.234567 MB: no unit with three decimals is exact
+    // A dragged budget snapped to a 256 KiB step: 1,835,008 = 1.75 x 2^20.
+    QCOMPARE(sizeString(1835008), QString("1.75MiB"));
+    QCOMPARE(sizeString(1536 * 1024), QString("1.5MiB"));
+    QCOMPARE(sizeString(1792 * 1024 + 1), QString("1835009"));
+    QCOMPARE(sizeString(2500000), QString("2.5MB"));
+    QCOMPARE(sizeString(1024), QString("1KiB"));
+    QCOMPARE(sizeString(100), QString("100"));
 }
 
 void TestModels::moduleTreeModelDevices()

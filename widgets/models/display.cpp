@@ -19,13 +19,25 @@ QString sizeString(quint64 bytes)
                  {1000000000000ull, "TB"}, {1000000000ull, "GB"}, {1000000ull, "MB"}};
     if (bytes == 0)
         return QStringLiteral("0");
-    // The shortest exact spelling; binary units win ties.
+    // The shortest exact spelling, with up to three decimals ("1.75MiB" for a
+    // dragged 1,835,008, which Accelerate's int(float(x) * unit) reads back to
+    // the same bytes); a size in a unit is preferred to a bare number of the
+    // same length, and binary units win ties.
     QString best = QString::number(bytes);
+    bool bare = true;
     for (const auto& u : units)
-        if (bytes % u.unit == 0) {
-            const QString s = QString::number(bytes / u.unit) + QLatin1String(u.suffix);
-            if (s.size() < best.size())
+        for (int decimals = 0; decimals <= 3; ++decimals) {
+            QString v = QString::number(double(bytes) / double(u.unit), 'f', decimals);
+            if (decimals > 0 && (v.endsWith('0') || v.endsWith('.')))
+                continue; // the shorter spelling was tried already
+            if (quint64(v.toDouble() * double(u.unit)) != bytes)
+                continue;
+            const QString s = v + QLatin1String(u.suffix);
+            if (s.size() < best.size() || (bare && s.size() == best.size())) {
                 best = s;
+                bare = false;
+            }
+            break;
         }
     return best;
 }

@@ -58,10 +58,7 @@ Skeleton build(const ModelConfig& c, DType dt)
     // transformers 5.6 registers inv_freq and original_inv_freq (non-persistent,
     // never in the checkpoint), made with an explicit .float(): float32 in any
     // dtype, torch.arange(0, head_dim, 2) long.
-    int rotary = t.addModule(model, "rotary_emb", P + "RotaryEmbedding");
-    const int64_t freqs = (headDim + 1) / 2;
-    t.addBuffer(rotary, "inv_freq", {freqs}, DType::F32, false);
-    t.addBuffer(rotary, "original_inv_freq", {freqs}, DType::F32, false);
+    rotaryEmbedding(t, model, P + "RotaryEmbedding", headDim);
     linear(t, 0, "lm_head", hidden, vocab, false, dt);
     if (tied)
         t.tie("lm_head.weight", "model.embed_tokens.weight");

@@ -65,10 +65,7 @@ Skeleton build(const ModelConfig& c, DType dt)
     norm(t, model, "norm", "MixtralRMSNorm", hidden, false, dt);
     // inv_freq and original_inv_freq: non-persistent, float32 in any dtype
     // (torch.arange(0, dim, 2, dtype=torch.float)).
-    int rotary = t.addModule(model, "rotary_emb", "MixtralRotaryEmbedding");
-    const int64_t freqs = (headDim + 1) / 2;
-    t.addBuffer(rotary, "inv_freq", {freqs}, DType::F32, false);
-    t.addBuffer(rotary, "original_inv_freq", {freqs}, DType::F32, false);
+    rotaryEmbedding(t, model, "MixtralRotaryEmbedding", headDim);
     linear(t, 0, "lm_head", hidden, vocab, false, dt);
     if (tied)
         t.tie("lm_head.weight", "model.embed_tokens.weight");

@@ -106,10 +106,7 @@ Skeleton build(const ModelConfig& c, DType dt)
     // torch.arange(0, dim, 2, dtype=int64).float(), ceil(dim / 2) each, where
     // dim = int(head_dim * partial_rotary_factor). longrope's long_inv_freq is
     // registered only when a forward first passes original_max_position_embeddings.
-    int r = t.addModule(model, "rotary_emb", "Phi3RotaryEmbedding");
-    const int64_t freqs = (rotary + 1) / 2;
-    t.addBuffer(r, "inv_freq", {freqs}, DType::F32, false);
-    t.addBuffer(r, "original_inv_freq", {freqs}, DType::F32, false);
+    rotaryEmbedding(t, model, "Phi3RotaryEmbedding", rotary);
     linear(t, 0, "lm_head", hidden, vocab, false, dt);
     if (tied)
         t.tie("lm_head.weight", "model.embed_tokens.weight");

@@ -101,10 +101,7 @@ Skeleton build(const ModelConfig& c, DType dt)
         norm(t, l, "post_attention_layernorm", "Qwen3MoeRMSNorm", hidden, false, dt);
     }
     norm(t, model, "norm", "Qwen3MoeRMSNorm", hidden, false, dt);
-    int rotary = t.addModule(model, "rotary_emb", "Qwen3MoeRotaryEmbedding");
-    const int64_t freqs = (headDim + 1) / 2;
-    t.addBuffer(rotary, "inv_freq", {freqs}, DType::F32, false);
-    t.addBuffer(rotary, "original_inv_freq", {freqs}, DType::F32, false);
+    rotaryEmbedding(t, model, "Qwen3MoeRotaryEmbedding", headDim);
     linear(t, 0, "lm_head", hidden, vocab, false, dt);
     if (tied)
         t.tie("lm_head.weight", "model.embed_tokens.weight");

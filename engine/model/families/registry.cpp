@@ -145,4 +145,13 @@ void fuseExperts(Skeleton& s, const std::string& param, int64_t experts,
     }
 }
 
+int rotaryEmbedding(ModuleTree& t, int parent, const std::string& cls, int64_t rotaryDim)
+{
+    const int m = t.addModule(parent, "rotary_emb", cls);
+    const int64_t freqs = (rotaryDim + 1) / 2;
+    t.addBuffer(m, "inv_freq", {freqs}, DType::F32, false);
+    t.addBuffer(m, "original_inv_freq", {freqs}, DType::F32, false);
+    return m;
+}
+
 } // namespace stowage::arch

@@ -92,6 +92,11 @@ std::string activationClass(const std::string& name);
 // Helpers shared by the builders.
 int linear(ModuleTree& t, int parent, const std::string& name, int64_t in, int64_t out, bool bias, DType dt);
 int norm(ModuleTree& t, int parent, const std::string& name, const std::string& cls, int64_t dim, bool bias, DType dt);
+// `rotary_emb` of class `cls` under `parent`, with the inv_freq and
+// original_inv_freq buffers transformers 5.6's rotary embeddings register
+// (non-persistent, float32 in any dtype: torch.arange(0, dim, 2) made
+// .float()), ceil(rotaryDim / 2) values each. Returns the module.
+int rotaryEmbedding(ModuleTree& t, int parent, const std::string& cls, int64_t rotaryDim);
 // Records that the fused expert parameter `param` ([experts, sum of the
 // pieces' rows, ...]) is stored per expert: for expert e, each of `pieces`
 // (a name with "{e}" for the expert's number, and its shape) in order,

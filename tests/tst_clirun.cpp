@@ -15,6 +15,8 @@ class TestCliRun : public QObject {
 private slots:
     void runOffloadedAndSimulatedGiveAllCpuTokens();
     void runReportsDevicesAndPeakBytes();
+    void runReportsThePredictionPlanShows();
+    void hardwareMeasuresFixedCostsOncePerMachine();
     void runBadInput_data();
     void runBadInput();
     void textPromptComesBackDecoded();
@@ -74,6 +76,70 @@ void TestCliRun::runReportsDevicesAndPeakBytes()
     QVERIFY(j["timings"]["decode_tokens_per_s"].get<double>() > 0);
     QVERIFY(j["devices"].dump().find("simulated") != std::string::npos);
     QVERIFY(j["traffic"]["disk_read_bytes"].get<uint64_t>() > 0);
+}
+
+void TestCliRun::runReportsThePredictionPlanShows()
+{
+    // Beside what it measured, `run --json` says what `plan` predicts for the
+    // same map, policy and hardware (a preset here: the same figures twice).
+    const QString dir = m_tmp.path() + "/tiny";
+    const QStringList budgets{"--max-memory", "0=15000", "--max-memory", "cpu=15000", "--hardware", "t4"};
+    auto r = fixtures::runCli(QStringList{"run", dir, "--prompt-ids", "1,2,3", "--max-new-tokens", "4", "--offload-folder",
+                                          dir + "/off", "--simulate-gpus", "--policy", "accelerate-like", "--json"} +
+                              budgets);
+    QCOMPARE(r.exitCode, 0);
+    const auto j = nlohmann::ordered_json::parse(r.out.toStdString());
+    const QString report = m_tmp.path() + "/report.json";
+    auto p = fixtures::runCli(QStringList{"plan", dir, "--report", report} + budgets);
+    QCOMPARE(p.exitCode, 0);
+    QFile f(report);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    const auto plan = nlohmann::ordered_json::parse(f.readAll().toStdString());
+    QCOMPARE(j["prediction"]["policy"].get<std::string>(), std::string("accelerate-like"));
+    QCOMPARE(plan["cost"][0]["policy"].get<std::string>(), std::string("accelerate-like"));
+    QVERIFY(j["prediction"]["tokens_per_second"].get<double>() > 0);
+    QCOMPARE(j["prediction"].dump(), plan["cost"][0].dump());
+    // And where the weights went: planned and resident bytes per device.
+    QCOMPARE(j["device_map"].dump(), plan["device_map"].dump());
+    uint64_t planned = 0;
+    for (const auto& d : j["placement"])
+        planned += d["planned_bytes"].get<uint64_t>();
+    uint64_t used = 0;
+    for (const auto& d : plan["devices"])
+        used += d["used"].get<uint64_t>();
+    QCOMPARE(planned, used);
+}
+
+void TestCliRun::hardwareMeasuresFixedCostsOncePerMachine()
+{
+    // `stowage-cli hardware` times the fixed costs through the runtime and
+    // keeps them for this CPU; a later profile of this machine (what `plan`
+    // and the window use) carries them without timing again.
+    QTemporaryDir cache;
+    const QByteArray before = qgetenv("STOWAGE_CACHE_DIR");
+    qputenv("STOWAGE_CACHE_DIR", cache.path().toUtf8());
+    auto r = fixtures::runCli({"hardware"}, 600000); // hang guard only: a few seconds
+    auto again = fixtures::runCli({"hardware", "--no-fixed-costs", "--json"});
+    qputenv("STOWAGE_CACHE_DIR", before);
+    QCOMPARE(r.exitCode, 0);
+    QFile f(cache.path() + "/fixed-costs.json");
+    QVERIFY2(f.open(QIODevice::ReadOnly), qPrintable(QString(r.err)));
+    const auto saved = nlohmann::json::parse(f.readAll().toStdString());
+    QCOMPARE(saved.size(), size_t(1));
+    const auto& costs = saved.begin().value()["fixedCosts"];
+    for (const char* policy : {"accelerate-like", "prefetch", "compute-where-it-lives"}) {
+        QVERIFY2(costs.contains(policy), costs.dump().c_str());
+        QVERIFY(QString(r.out).contains(QStringLiteral("fixed costs %1").arg(policy)));
+        for (const char* k : {"perToken", "perUnit", "perDiskUnit"})
+            QVERIFY(costs[policy][k].get<double>() >= 0);
+        // A decode step of a 10-layer model cannot be free: some of it is fixed.
+        QVERIFY2(costs[policy]["perToken"].get<double>() + costs[policy]["perUnit"].get<double>() > 0,
+                 costs.dump().c_str());
+    }
+    QCOMPARE(again.exitCode, 0);
+    const auto profile = nlohmann::json::parse(again.out.toStdString());
+    QCOMPARE(profile["fixedCosts"].dump(), costs.dump());
+    QVERIFY(profile["sources"].get<std::string>().find("measured by `stowage-cli hardware` on") != std::string::npos);
 }
 
 void TestCliRun::runBadInput_data()

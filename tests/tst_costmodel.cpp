@@ -1,8 +1,12 @@
 // The cost model's formulas, one per link a weight byte can cross, checked
 // against hand-computed datasheet figures; presets, profile JSON and the
 // self-test of this machine.
+#include "fixtures.h"
+
+#include "stowage/checkpoint.h"
 #include "stowage/costmodel.h"
 #include "stowage/error.h"
+#include "stowage/families.h"
 
 #include <QtTest>
 
@@ -84,6 +88,10 @@ private slots:
     void unknownPresetNamesIt();
     void jsonRoundTrip();
     void jsonErrors();
+    void fixedCostsAddPerTokenUnitAndDiskUnit();
+    void stepUnitsCountTheTreesUnitsOnDisk();
+    void fixedCostsInProfileJson();
+    void fixedCostsCacheIsPerCpu();
     void measuresThisMachinePlausibly();
     void timesFileReads();
     void detectsMachineMemory();
@@ -430,6 +438,114 @@ void TestCostModel::jsonErrors()
     QVERIFY(err(profileWith("gpus", "[7]")).contains("gpus[0] must be a JSON object"));
     QVERIFY(err(profileWith("cpuFlops", "1e12, \"ramBandwith\": 1")).contains("unknown field \"ramBandwith\""));
     QVERIFY(err(profileWith("cpuFlops", "1e12, \"simulated\": 1")).contains("\"simulated\" must be true or false"));
+}
+
+void TestCostModel::fixedCostsAddPerTokenUnitAndDiskUnit()
+{
+    // 1 MB in RAM read at 1 GB/s: 1 ms of bytes (CPU 1 TFLOP/s: compute far below).
+    HardwareProfile p;
+    p.name = "box";
+    p.ramBandwidth = 1e9;
+    p.cpuFlops = 1e12;
+    p.ramBytes = 64 * kGB;
+    p.diskReadBandwidth = 1e9;
+    p.fixedCosts["prefetch"] = {1e-3, 1e-4, 5e-4};
+    const Placement ram{{Device::cpu(), 1'000'000}};
+    // 1 ms of bytes + 1 ms per token + 10 units x 0.1 ms.
+    auto e = estimateDecode(ram, 1'000'000 / 2, p, ExecutionPolicy::Prefetch, 0, {10, 0});
+    QVERIFY2(near(e.secondsPerToken, 3e-3), qPrintable(QString::number(e.secondsPerToken, 'g', 12)));
+    QVERIFY(near(e.fixedSeconds, 2e-3));
+    QCOMPARE(e.devices.size(), size_t(1));
+    QVERIFY(near(e.devices[0].seconds, 1e-3)); // the device's part is its bytes only
+    QCOMPARE(e.devices[0].share, 1.0);
+    // 4 of the 10 units fetched from disk: 4 x 0.5 ms more.
+    e = estimateDecode(ram, 1'000'000 / 2, p, ExecutionPolicy::Prefetch, 0, {10, 4});
+    QVERIFY(near(e.fixedSeconds, 4e-3));
+    QVERIFY(near(e.secondsPerToken, 5e-3));
+    // A policy the profile has no fixed costs for counts bytes alone.
+    e = estimateDecode(ram, 1'000'000 / 2, p, ExecutionPolicy::AccelerateLike, 0, {10, 4});
+    QCOMPARE(e.fixedSeconds, 0.0);
+    QVERIFY(near(e.secondsPerToken, 1e-3));
+}
+
+void TestCostModel::stepUnitsCountTheTreesUnitsOnDisk()
+{
+    // A 3-layer Llama, config + index only: its runner's units are
+    // embed_tokens, layers.0-2, norm and lm_head (engine/model/families/llama.cpp).
+    QTemporaryDir dir;
+    fixtures::LlamaShape s;
+    s.vocab = 64, s.hidden = 16, s.intermediate = 32, s.layers = 3, s.heads = 4, s.kvHeads = 2, s.tied = false;
+    fixtures::writeJson((dir.path() + "/config.json").toStdString(), fixtures::llamaConfig(s, DType::F32));
+    fixtures::writeSharded(dir.path().toStdString(), fixtures::llamaTensors(s, DType::F32), 1, true, false);
+    const Checkpoint ck = Checkpoint::open(dir.path().toStdString());
+    const ModuleTree tree = buildModuleTree(ck, DType::F32, Reference::Transformers);
+    QCOMPARE(executionUnits(tree).size(), size_t(6));
+
+    StepUnits u = stepUnits(tree, {{"", Device::cpu()}});
+    QCOMPARE(u.total, 6);
+    QCOMPARE(u.onDisk, 0);
+    u = stepUnits(tree, {{"model.embed_tokens", Device::cpu()}, {"model.layers.0", Device::cpu()},
+                         {"model.layers.1", Device::disk()}, {"model.layers.2", Device::disk()},
+                         {"model.norm", Device::cpu()}, {"model.rotary_emb", Device::cpu()}, {"lm_head", Device::disk()}});
+    QCOMPARE(u.total, 6);
+    QCOMPARE(u.onDisk, 3);
+    // A layer split below the unit (its MLP on disk) waits for the disk too.
+    u = stepUnits(tree, {{"model.embed_tokens", Device::cpu()}, {"model.layers.0.self_attn", Device::cpu()},
+                         {"model.layers.0.mlp", Device::disk()}, {"model.layers.0.input_layernorm", Device::cpu()},
+                         {"model.layers.0.post_attention_layernorm", Device::cpu()}, {"model.layers.1", Device::cpu()},
+                         {"model.layers.2", Device::cpu()}, {"model.norm", Device::cpu()},
+                         {"model.rotary_emb", Device::cpu()}, {"lm_head", Device::cpu()}});
+    QCOMPARE(u.onDisk, 1);
+}
+
+void TestCostModel::fixedCostsInProfileJson()
+{
+    HardwareProfile p = hardwarePreset("t4");
+    p.fixedCosts["accelerate-like"] = {2e-3, 3e-4, 1e-4};
+    p.fixedCosts["compute-where-it-lives"] = {1e-3, 0, 0};
+    const HardwareProfile q = profileFromJson(profileToJson(p), "p.json");
+    QCOMPARE(q.fixedCosts.size(), size_t(2));
+    QCOMPARE(q.fixedCosts.at("accelerate-like").perToken, 2e-3);
+    QCOMPARE(q.fixedCosts.at("accelerate-like").perUnit, 3e-4);
+    QCOMPARE(q.fixedCosts.at("accelerate-like").perDiskUnit, 1e-4);
+    QCOMPARE(q.fixedCosts.at("compute-where-it-lives").perToken, 1e-3);
+    auto err = [](const std::string& costs) {
+        return errorOf([&] { profileFromJson(profileWith("cpuFlops", "1e12, \"fixedCosts\": " + costs), "hw.json"); });
+    };
+    QVERIFY(err(R"({"prefetch": {"perToken": 0.001}})").isEmpty());
+    QVERIFY(err(R"({"prefetch": {"perToken": -0.001}})").contains("fixedCosts.prefetch.perToken must be a non-negative"));
+    QVERIFY(err(R"({"fast": {"perToken": 0.001}})").contains("unknown policy \"fast\""));
+    QVERIFY(err(R"({"prefetch": {"perTok": 0.001}})").contains("unknown field \"perTok\""));
+    QVERIFY(err("[1]").contains("fixedCosts must be an object"));
+    QVERIFY(err(R"({"prefetch": {"perToken": 0.001}})").isEmpty());
+}
+
+void TestCostModel::fixedCostsCacheIsPerCpu()
+{
+    QTemporaryDir dir;
+    const QByteArray before = qgetenv("STOWAGE_CACHE_DIR");
+    qputenv("STOWAGE_CACHE_DIR", dir.path().toUtf8());
+    QCOMPARE(QString::fromStdString(fixedCostsCachePath()), dir.path() + "/fixed-costs.json");
+    QVERIFY(loadFixedCosts().empty()); // nothing measured yet
+    saveFixedCosts({{"prefetch", {1e-3, 2e-4, 3e-4}}}, "2026-12-06");
+    std::string when;
+    auto c = loadFixedCosts(&when);
+    QCOMPARE(when, std::string("2026-12-06"));
+    QCOMPARE(c.size(), size_t(1));
+    QCOMPARE(c.at("prefetch").perUnit, 2e-4);
+    // Figures measured on another CPU are not this machine's.
+    fixtures::writeJson((dir.path() + "/fixed-costs.json").toStdString(),
+                        {{"Some Other CPU, 64 cores", {{"measured", "2026-01-01"}, {"fixedCosts", {{"prefetch", {{"perToken", 1.0}}}}}}}});
+    QVERIFY(loadFixedCosts().empty());
+    // A damaged file is measured again, never an error.
+    fixtures::writeBytes((dir.path() + "/fixed-costs.json").toStdString(), "{not json");
+    QVERIFY(loadFixedCosts().empty());
+    saveFixedCosts({{"prefetch", {1e-3, 2e-4, 3e-4}}}, "2026-12-07");
+    QCOMPARE(loadFixedCosts().size(), size_t(1));
+    if (before.isNull())
+        qunsetenv("STOWAGE_CACHE_DIR");
+    else
+        qputenv("STOWAGE_CACHE_DIR", before);
 }
 
 // The test is compiled with the same flags as the engine, so this says

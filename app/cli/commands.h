@@ -1,4 +1,5 @@
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -8,6 +9,8 @@ namespace stowage::cli {
 int inspectCommand(const std::vector<std::string>& args);
 int planCommand(const std::vector<std::string>& args);
 int tokenizeCommand(const std::vector<std::string>& args);
-int hardwareCommand(const std::vector<std::string>& args);
+// `measureFixedCosts` runs the runtime plugin's timing of fixed costs (this
+// machine only, not for a preset); a failure there leaves them unmeasured.
+int hardwareCommand(const std::vector<std::string>& args, const std::function<int()>& measureFixedCosts = {});
 
 } // namespace stowage::cli

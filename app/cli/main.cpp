@@ -29,7 +29,9 @@ const char* kUsage =
     "          [--hardware PRESET|FILE.json [--throttle]] [--threads N] [--unit-delay S] [--ignore-eos] [--json]\n"
     "  worker                                 serve run sessions as JSON lines on stdin/stdout\n"
     "                                         (docs/worker-protocol.md)\n"
-    "  hardware [PRESET] [--list] [--json] [-o FILE]   a hardware profile for --hardware (default: this machine)\n"
+    "  hardware [PRESET] [--list] [--json] [-o FILE] [--no-fixed-costs]\n"
+    "                                         a hardware profile for --hardware (default: this\n"
+    "                                         machine, with its fixed costs per token and layer)\n"
     "  tokenize [PATH] (--text TEXT | --ids 1,2,3) [--json]\n"
     "\n"
     "PATH is a checkpoint folder, an index .json, a .safetensors/.bin file or a\n"
@@ -94,7 +96,7 @@ int main(int argc, char** argv)
         if (command == "worker")
             return runPlugin("stowage_cli_worker", args);
         if (command == "hardware")
-            return stowage::cli::hardwareCommand(args);
+            return stowage::cli::hardwareCommand(args, [] { return runPlugin("stowage_cli_fixed_costs", {"fixed-costs"}); });
         if (command == "tokenize")
             return stowage::cli::tokenizeCommand(args);
         std::fprintf(stderr, "stowage-cli: unknown command '%s' (try --help)\n", command.c_str());

@@ -30,29 +30,6 @@ HardwareProfile hardwareFor(const Args& a)
 const ExecutionPolicy kPolicies[] = {ExecutionPolicy::AccelerateLike, ExecutionPolicy::Prefetch,
                                      ExecutionPolicy::ComputeWhereItLives};
 
-const char* policyLabel(ExecutionPolicy p)
-{
-    return p == ExecutionPolicy::AccelerateLike ? "accelerate-like"
-           : p == ExecutionPolicy::Prefetch     ? "prefetch"
-                                                : "compute-where-it-lives";
-}
-
-nlohmann::ordered_json costJson(const CostEstimate& c, const HardwareProfile& hw, ExecutionPolicy policy)
-{
-    nlohmann::ordered_json j;
-    j["hardware"] = hw.name;
-    j["policy"] = policyLabel(policy);
-    j["seconds_per_token"] = c.secondsPerToken;
-    j["tokens_per_second"] = c.tokensPerSecond;
-    auto& ds = j["devices"] = nlohmann::ordered_json::array();
-    for (const auto& d : c.devices)
-        ds.push_back({{"device", d.device.name()}, {"weight_bytes", d.weightBytes}, {"seconds", d.seconds},
-                      {"share", d.share}, {"bottleneck", d.bottleneck}});
-    if (!c.assumptions.empty())
-        j["assumed"] = c.assumptions; // devices the profile lacks, and what stood in for them
-    return j;
-}
-
 } // namespace
 
 int planCommand(const std::vector<std::string>& argv)
@@ -111,7 +88,7 @@ int planCommand(const std::vector<std::string>& argv)
         try {
             for (auto pol : kPolicies)
                 costs.push_back(
-                    costJson(estimateDecode(plan, 2 * tree.root().paramCount, hardware(), pol), hardware(), pol));
+                    costJson(estimateDecode(plan, tree, hardware(), pol), hardware(), pol));
         } catch (const InputError& e) {
             // e.g. a map with GPUs and this machine has none: the plan still stands
             costs = nlohmann::ordered_json::array({{{"error", e.what()}}});
@@ -148,14 +125,16 @@ int planCommand(const std::vector<std::string>& argv)
     for (auto pol : kPolicies) {
         CostEstimate c;
         try {
-            c = estimateDecode(plan, 2 * tree.root().paramCount, hardware(), pol);
+            c = estimateDecode(plan, tree, hardware(), pol);
         } catch (const InputError& e) {
             std::printf("  no prediction: %s (try --hardware PRESET, see stowage-cli hardware --list)\n", e.problem().c_str());
             break;
         }
-        std::printf("  %-24s %10.3f tokens/s ", policyLabel(pol), c.tokensPerSecond);
+        std::printf("  %-24s %10.3f tokens/s ", policyName(pol), c.tokensPerSecond);
         for (const auto& d : c.devices)
             std::printf(" %s %.0f%% (%s)", d.device.name().c_str(), 100.0 * d.share, d.bottleneck.c_str());
+        if (c.fixedSeconds > 0)
+            std::printf("  + %.2f ms fixed per token", c.fixedSeconds * 1e3);
         std::printf("\n");
         if (pol == ExecutionPolicy::ComputeWhereItLives) // the last: once per plan
             for (const auto& assumed : c.assumptions)
@@ -164,15 +143,17 @@ int planCommand(const std::vector<std::string>& argv)
     return 0;
 }
 
-int hardwareCommand(const std::vector<std::string>& argv)
+int hardwareCommand(const std::vector<std::string>& argv, const std::function<int()>& measureFixedCosts)
 {
-    Args a(argv, {"-o"}, {"--json", "--list"});
+    Args a(argv, {"-o"}, {"--json", "--list", "--no-fixed-costs"});
     if (a.flag("--list")) {
         for (const auto& n : hardwarePresetNames())
             std::printf("%s\n", n.c_str());
         return 0;
     }
     // The positional argument is a preset name here, not a checkpoint.
+    if (a.positional().empty() && !a.flag("--no-fixed-costs") && measureFixedCosts && measureFixedCosts() != 0)
+        std::fprintf(stderr, "stowage-cli: warning: fixed costs per token and layer not measured\n");
     HardwareProfile hw = a.positional().empty() ? measureThisMachine() : hardwarePreset(a.positional()[0]);
     const std::string json = profileToJson(hw);
     if (auto out = a.value("-o"))
@@ -189,6 +170,9 @@ int hardwareCommand(const std::vector<std::string>& argv)
                         hw.gpus[i].memoryBandwidth / 1e9, hw.gpus[i].h2dPinned / 1e9, hw.gpus[i].h2dPageable / 1e9);
         std::printf("  RAM    %s at %.1f GB/s, disk %.1f GB/s, CPU %.0f GFLOP/s\n", humanBytes(hw.ramBytes).c_str(),
                     hw.ramBandwidth / 1e9, hw.diskReadBandwidth / 1e9, hw.cpuFlops / 1e9);
+        for (const auto& [policy, c] : hw.fixedCosts)
+            std::printf("  fixed costs %-23s %6.0f us per token, %5.0f us per layer, %5.0f us more per layer on disk\n",
+                        policy.c_str(), c.perToken * 1e6, c.perUnit * 1e6, c.perDiskUnit * 1e6);
         if (!hw.sources.empty())
             std::printf("  %s\n", hw.sources.c_str()); // which figures are measured, which assumed
     }

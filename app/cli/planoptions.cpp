@@ -92,4 +92,21 @@ DeviceMap loadDeviceMap(const std::string& path, const ModuleTree& tree, std::ve
     return map;
 }
 
+nlohmann::ordered_json costJson(const CostEstimate& c, const HardwareProfile& hw, ExecutionPolicy policy)
+{
+    nlohmann::ordered_json j;
+    j["hardware"] = hw.name;
+    j["policy"] = policyName(policy);
+    j["seconds_per_token"] = c.secondsPerToken;
+    j["tokens_per_second"] = c.tokensPerSecond;
+    j["fixed_seconds"] = c.fixedSeconds; // per token, besides the devices' bytes
+    auto& ds = j["devices"] = nlohmann::ordered_json::array();
+    for (const auto& d : c.devices)
+        ds.push_back({{"device", d.device.name()}, {"weight_bytes", d.weightBytes}, {"seconds", d.seconds},
+                      {"share", d.share}, {"bottleneck", d.bottleneck}});
+    if (!c.assumptions.empty())
+        j["assumed"] = c.assumptions; // devices the profile lacks, and what stood in for them
+    return j;
+}
+
 } // namespace stowage::cli

@@ -6,6 +6,8 @@
 #include "stowage/costmodel.h"
 #include "stowage/planner.h"
 
+#include <nlohmann/json.hpp>
+
 #include <set>
 #include <string>
 #include <vector>
@@ -22,6 +24,9 @@ Budgets machineBudgets();
 PlanOptions planOptionsFromArgs(const Args& args, const Checkpoint& ck, const ModuleTree& tree);
 // A user's device-map JSON, validated against the tree (the first error is thrown as InputError).
 DeviceMap loadDeviceMap(const std::string& path, const ModuleTree& tree, std::vector<std::string>* warnings);
+
+// A decode prediction as `plan --report` and `run --json` write it.
+nlohmann::ordered_json costJson(const CostEstimate& c, const HardwareProfile& hw, ExecutionPolicy policy);
 
 std::string readFile(const std::string& path);
 // Written to PATH.partial then renamed, so a failed write leaves no half file.

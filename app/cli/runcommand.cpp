@@ -157,6 +157,19 @@ int runCommand(const std::vector<std::string>& argv)
         peak[d] = b;
     j["devices"] = session->model().deviceDescriptions();
     j["traffic"] = {{"host_to_device_bytes", tel.h2dBytes()}, {"disk_read_bytes", tel.diskReadBytes()}};
+    auto& placed = j["placement"] = nlohmann::ordered_json::array();
+    for (const DevicePlacement& d : session->placement())
+        placed.push_back({{"device", d.device}, {"planned_bytes", d.plannedBytes}, {"actual_bytes", d.actualBytes}});
+    // Beside the measurement, what `plan` and the window predict for this
+    // map and policy on this hardware (--hardware, else this machine).
+    try {
+        const HardwareProfile hw = lo.profile ? *lo.profile : measureThisMachine();
+        const Plan plan = so.deviceMap ? planFromDeviceMap(session->tree(), session->deviceMap(), "given")
+                                       : planDeviceMap(session->tree(), so.plan);
+        j["prediction"] = costJson(estimateDecode(plan, session->tree(), hw, lo.policy), hw, lo.policy);
+    } catch (const InputError& e) {
+        j["prediction"] = {{"error", e.what()}};
+    }
     std::cout << j.dump(2) << '\n';
     return 0;
 }

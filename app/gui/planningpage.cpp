@@ -407,7 +407,7 @@ void PlanningPage::predict()
         Prediction pr;
         pr.policy = pol;
         try {
-            pr.estimate = estimateDecode(*m_plan, 2 * m_tree->root().paramCount, hw, pol);
+            pr.estimate = estimateDecode(*m_plan, *m_tree, hw, pol);
         } catch (const std::exception& e) {
             pr.error = QString::fromStdString(e.what());
         }

@@ -1,15 +1,18 @@
 // Decode-speed estimate of a placement.
 //
-// The model is deliberately a roofline with no fitted constants: decoding one
-// token reads every weight once and does ~2 FLOPs per parameter, so at batch
-// size 1 each device's time is max(bytes / bandwidth, flops / FLOP/s), and the
-// bandwidth that matters is whichever link those bytes cross on their way to
-// the device that multiplies them. Anything finer (kernel efficiency, launch
-// overhead, KV-cache reads) shifts all placements alike and would only add
-// numbers nobody can check.
+// The model is a roofline with no fitted constants: decoding one token reads
+// every weight once and does ~2 FLOPs per parameter, so at batch size 1 each
+// device's time is max(bytes / bandwidth, flops / FLOP/s), and the bandwidth
+// that matters is whichever link those bytes cross on their way to the
+// device that multiplies them. To that it adds what a step costs besides its
+// bytes (operator dispatch, hooks, hand-offs: HardwareProfile::fixedCosts),
+// per token and per execution unit, as the runtime measured them on this
+// machine: without them a small model was predicted 10x too fast.
 #include "stowage/costmodel.h"
 
 #include "stowage/error.h"
+#include "stowage/families.h"
+#include "stowage/moduledevices.h"
 
 #include <algorithm>
 #include <cmath>
@@ -87,7 +90,8 @@ bool ramLayerRunsOnCpu(const HardwareProfile& profile, const GpuProfile& gpu)
 }
 
 CostEstimate estimateDecode(const std::vector<std::pair<Device, uint64_t>>& placement, uint64_t flopsPerToken,
-                            const HardwareProfile& profile, ExecutionPolicy policy, uint64_t unitBytes)
+                            const HardwareProfile& profile, ExecutionPolicy policy, uint64_t unitBytes,
+                            StepUnits units)
 {
     // Device order, duplicates merged, empty devices dropped: the planner may
     // report a device with no weights, and it costs nothing.
@@ -233,6 +237,12 @@ CostEstimate estimateDecode(const std::vector<std::pair<Device, uint64_t>>& plac
                                     serial - unit * std::max(0.0, streamed.copy - streamed.compute)});
         est.secondsPerToken -= serial - pipelined;
     }
+    // What a step costs besides its bytes (HardwareProfile::fixedCosts).
+    if (auto it = profile.fixedCosts.find(policyName(policy)); it != profile.fixedCosts.end()) {
+        const FixedCosts& f = it->second;
+        est.fixedSeconds = f.perToken + f.perUnit * std::max(units.total, 0) + f.perDiskUnit * std::max(units.onDisk, 0);
+        est.secondsPerToken += est.fixedSeconds;
+    }
     for (auto& d : est.devices)
         d.share = summed > 0 ? d.seconds / summed : 0;
     est.tokensPerSecond = est.secondsPerToken > 0 ? 1.0 / est.secondsPerToken : 0;
@@ -240,7 +250,7 @@ CostEstimate estimateDecode(const std::vector<std::pair<Device, uint64_t>>& plac
 }
 
 CostEstimate estimateDecode(const Plan& plan, uint64_t flopsPerToken, const HardwareProfile& profile,
-                            ExecutionPolicy policy)
+                            ExecutionPolicy policy, StepUnits units)
 {
     std::vector<std::pair<Device, uint64_t>> placement;
     uint64_t unit = 0;
@@ -248,7 +258,34 @@ CostEstimate estimateDecode(const Plan& plan, uint64_t flopsPerToken, const Hard
         placement.emplace_back(d.device, d.used);
         unit = std::max(unit, d.reservedLayer);
     }
-    return estimateDecode(placement, flopsPerToken, profile, policy, unit);
+    return estimateDecode(placement, flopsPerToken, profile, policy, unit, units);
+}
+
+StepUnits stepUnits(const ModuleTree& tree, const DeviceMap& map)
+{
+    StepUnits u;
+    const ModuleDevices where = moduleDevices(tree, map);
+    for (const std::string& name : executionUnits(tree)) {
+        ++u.total;
+        const int m = tree.find(name);
+        if (m < 0)
+            continue;
+        // A unit split across devices (MixedCode) counts as on disk when any
+        // module under it is: its step waits for that fetch.
+        const int code = where.code[size_t(m)];
+        bool disk = code == DiskCode;
+        if (code == MixedCode)
+            for (int i = m + 1; i < tree.modules()[size_t(m)].end && !disk; ++i)
+                disk = where.code[size_t(i)] == DiskCode;
+        u.onDisk += disk ? 1 : 0;
+    }
+    return u;
+}
+
+CostEstimate estimateDecode(const Plan& plan, const ModuleTree& tree, const HardwareProfile& profile,
+                            ExecutionPolicy policy)
+{
+    return estimateDecode(plan, 2 * tree.root().paramCount, profile, policy, stepUnits(tree, plan.deviceMap));
 }
 
 } // namespace stowage

@@ -627,6 +627,14 @@ HardwareProfile measureThisMachine(const std::string& diskSample)
     }
     p.sources = "measured here: " + (measured.empty() ? std::string("nothing") : measured) +
                 (assumed.empty() ? std::string() : "; assumed: " + assumed);
+    // What a step costs besides its bytes, timed by the runtime (it needs
+    // LibTorch, so `stowage-cli hardware` measures it once per machine).
+    std::string when;
+    if (!kInstrumentedBuild)
+        p.fixedCosts = loadFixedCosts(&when);
+    p.sources += p.fixedCosts.empty()
+                     ? "; fixed costs per token and per layer: not measured yet (`stowage-cli hardware` measures them)"
+                     : "; fixed costs per token and per layer: measured by `stowage-cli hardware` on " + when;
     for (const NvmlGpu& nv : queryNvml())
         p.gpus.push_back(gpuFromNvml(nv));
     if (!p.gpus.empty())

@@ -2,6 +2,8 @@
 // JSON form users save and edit profiles in.
 #include "stowage/hardware.h"
 
+#include "fixedcosts.h"
+
 #include "stowage/error.h"
 #include "stowage/fileio.h"
 
@@ -141,6 +143,8 @@ std::string profileToJson(const HardwareProfile& p)
         j["cpuGemvF32"] = p.cpuGemvF32;
     if (p.cpuGemvBf16 > 0)
         j["cpuGemvBf16"] = p.cpuGemvBf16;
+    if (!p.fixedCosts.empty())
+        j["fixedCosts"] = detail::fixedCostsToJson(p.fixedCosts);
     if (!p.sources.empty())
         j["sources"] = p.sources;
     j["gpus"] = Json::array();
@@ -238,7 +242,7 @@ HardwareProfile profileFromJson(const std::string& text, const std::string& path
     }
     const ObjectReader top(j, path, "",
                            {"name", "simulated", "ramBytes", "ramBandwidth", "diskReadBandwidth", "cpuFlops", "gpus",
-                            "pageCacheReadBandwidth", "freshCopyBandwidth", "cpuGemvF32", "cpuGemvBf16", "sources"});
+                            "pageCacheReadBandwidth", "freshCopyBandwidth", "cpuGemvF32", "cpuGemvBf16", "fixedCosts", "sources"});
     HardwareProfile p;
     p.name = top.text("name");
     p.ramBytes = top.bytes("ramBytes");
@@ -253,6 +257,8 @@ HardwareProfile profileFromJson(const std::string& text, const std::string& path
         p.cpuGemvF32 = top.positive("cpuGemvF32");
     if (j.contains("cpuGemvBf16"))
         p.cpuGemvBf16 = top.positive("cpuGemvBf16");
+    if (j.contains("fixedCosts"))
+        p.fixedCosts = detail::fixedCostsFromJson(j["fixedCosts"], path, "");
     if (j.contains("sources"))
         p.sources = top.text("sources");
     // Optional: a profile a user wrote by hand describes some machine, but

@@ -38,6 +38,17 @@ struct CostEstimate {
     // people ("GPU 1: not in the profile; costed like GPU 0 (NVIDIA L4)").
     // Empty when the profile covers every device of the placement.
     std::vector<std::string> assumptions;
+    // The part of secondsPerToken that is the profile's fixed costs (per
+    // token, per execution unit, per unit fetched from disk); 0 when the
+    // profile has none for the policy. Not in any device's seconds.
+    double fixedSeconds = 0;
+};
+
+// How many execution units a decode step runs, and how many of them have
+// their weights on disk: what the profile's fixed costs are counted by.
+struct StepUnits {
+    int total = 0;
+    int onDisk = 0;
 };
 
 // What a GPU index costs when the profile has no GPU at all: a modest PCIe 4.0
@@ -77,10 +88,17 @@ bool ramLayerRunsOnCpu(const HardwareProfile& profile, const GpuProfile& gpu);
 // only the copied layers' compute (lower).
 CostEstimate estimateDecode(const std::vector<std::pair<Device, uint64_t>>& placement, uint64_t flopsPerToken,
                             const HardwareProfile& profile, ExecutionPolicy policy = ExecutionPolicy::AccelerateLike,
-                            uint64_t unitBytes = 0);
+                            uint64_t unitBytes = 0, StepUnits units = {});
 // The same for a plan: its weights per device, and the largest layer it
 // reserved room for as the unit that is copied.
 CostEstimate estimateDecode(const Plan& plan, uint64_t flopsPerToken, const HardwareProfile& profile,
+                            ExecutionPolicy policy, StepUnits units = {});
+// What `plan`, the window and `run --json` show: the plan of `tree`, ~2 FLOPs
+// per parameter, and the tree's execution units where the plan puts them.
+CostEstimate estimateDecode(const Plan& plan, const ModuleTree& tree, const HardwareProfile& profile,
                             ExecutionPolicy policy);
+// The execution units of `tree` (families.h) and how many of them `map`
+// sends to disk (a unit counts as on disk when any of its weights is).
+StepUnits stepUnits(const ModuleTree& tree, const DeviceMap& map);
 
 } // namespace stowage

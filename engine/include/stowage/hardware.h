@@ -4,6 +4,7 @@
 // (the presets), and what is free right now (detectMachineMemory). The cost
 // model (costmodel.h) turns a profile and a placement into a speed.
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,16 @@ struct GpuProfile {
     double h2dPinned = 0;        // host->device bytes/s, pinned memory
     double h2dPageable = 0;      // host->device bytes/s, pageable memory (what Accelerate's hooks use)
     double flops = 0;            // dense fp16/bf16 FLOP/s
+};
+
+// What a decode step costs besides moving and multiplying its weights, in
+// seconds: LibTorch's dispatch of each operator, the hooks around each
+// execution unit, thread hand-offs, sampling. Tiny models are all fixed cost
+// (the demo: ~1.5 ms per token against ~0.2 ms of weight reads).
+struct FixedCosts {
+    double perToken = 0;    // once per token (embedding, final norm, sampling)
+    double perUnit = 0;     // per execution unit (a decoder layer) whose weights are resident
+    double perDiskUnit = 0; // added per unit whose weights are fetched from disk
 };
 
 struct HardwareProfile {
@@ -38,6 +49,12 @@ struct HardwareProfile {
     // decoding's inner loop) in fp32 and bf16; 0: not measured, as RAM read.
     double cpuGemvF32 = 0;
     double cpuGemvBf16 = 0;
+    // Fixed costs per execution policy ("accelerate-like", "prefetch",
+    // "compute-where-it-lives"; costmodel.h's policyName), measured by
+    // `stowage-cli hardware` (the runtime times tiny generated models) and
+    // kept per machine (fixedCostsCachePath). Empty: not measured, and the
+    // cost model counts bytes and FLOPs only, as a datasheet preset does.
+    std::map<std::string, FixedCosts> fixedCosts;
     // For people: which figures were measured here and which are datasheet or
     // assumed values ("RAM read: measured; disk read: assumed NVMe datasheet").
     std::string sources;
@@ -65,6 +82,22 @@ HardwareProfile measureThisMachine(const std::string& diskSample = {});
 // (O_DIRECT, cold) or through it (warm: the file's pages are read into the
 // cache first). Bytes/s; 0 when the file cannot be read that way.
 double measureFileReadBandwidth(const std::string& path, bool cold, uint64_t maxBytes = 256ULL << 20);
+
+// Where `stowage-cli hardware` keeps the fixed costs it measured for this
+// machine: $STOWAGE_CACHE_DIR, else $XDG_CACHE_HOME/stowage, else
+// ~/.cache/stowage, then "fixed-costs.json". measureThisMachine reads them
+// from there when they were measured on this CPU (model name and core
+// count), so `plan`, the window and `run --json` predict with them.
+std::string fixedCostsCachePath();
+// This machine's key in that file: "AMD EPYC, 2 cores".
+std::string thisCpuKey();
+// Writes `costs` for thisCpuKey() with `when` (an ISO date) to the cache;
+// throws InputError naming the file when it cannot be written.
+void saveFixedCosts(const std::map<std::string, FixedCosts>& costs, const std::string& when);
+// The fixed costs saved for thisCpuKey(), and in `when` the date they were
+// measured; empty when none were (or the file is unreadable: then they are
+// measured again, never an error).
+std::map<std::string, FixedCosts> loadFixedCosts(std::string* when = nullptr);
 
 // What is free right now, for planning when the user gives no budgets: GPU
 // free memory by CUDA index (NVML; empty without a driver) and RAM as

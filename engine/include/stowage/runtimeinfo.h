@@ -2,6 +2,9 @@
 // What this build's runtime can run on and with: LibTorch's version, CUDA,
 // the threads a load uses, the families with a runner. Free of LibTorch
 // types, like model.h, so the front ends can ask.
+#include "stowage/hardware.h"
+
+#include <map>
 #include <string>
 #include <vector>
 
@@ -17,5 +20,12 @@ std::string runtimeDescription(int threads = 0);
 bool cudaAvailable();
 // The model_types run() can execute.
 std::vector<std::string> runnableModelTypes();
+
+// This machine's fixed costs of a decode step per execution policy
+// (HardwareProfile::fixedCosts): tiny Llama models written to `scratchDir`
+// are decoded with every layer in RAM (2 and 10 layers) and on disk, and
+// what `profile`'s bytes-only estimate does not explain is split into a cost
+// per token, per unit and per unit fetched from disk. A few seconds.
+std::map<std::string, FixedCosts> measureFixedCosts(const std::string& scratchDir, HardwareProfile profile);
 
 } // namespace stowage

@@ -1,0 +1,137 @@
+// Fixed costs of a decode step: their JSON form and the per-machine cache
+// `stowage-cli hardware` writes and measureThisMachine reads.
+#include "fixedcosts.h"
+
+#include "stowage/error.h"
+#include "stowage/fileio.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+namespace stowage {
+namespace detail {
+
+namespace {
+const char* const kPolicies[] = {"accelerate-like", "prefetch", "compute-where-it-lives"};
+}
+
+nlohmann::json fixedCostsToJson(const std::map<std::string, FixedCosts>& costs)
+{
+    nlohmann::json j = nlohmann::json::object();
+    for (const auto& [policy, c] : costs)
+        j[policy] = {{"perToken", c.perToken}, {"perUnit", c.perUnit}, {"perDiskUnit", c.perDiskUnit}};
+    return j;
+}
+
+std::map<std::string, FixedCosts> fixedCostsFromJson(const nlohmann::json& j, const std::string& path,
+                                                     const std::string& where)
+{
+    auto fail = [&](const std::string& problem) -> void {
+        throw InputError(path, where + "fixedCosts" + problem);
+    };
+    if (!j.is_object())
+        fail(" must be an object of policies");
+    std::map<std::string, FixedCosts> out;
+    for (const auto& [policy, v] : j.items()) {
+        if (std::find(std::begin(kPolicies), std::end(kPolicies), policy) == std::end(kPolicies))
+            fail(": unknown policy \"" + policy + "\" (expected accelerate-like, prefetch or compute-where-it-lives)");
+        if (!v.is_object())
+            fail("." + policy + " must be an object");
+        FixedCosts c;
+        for (const auto& [key, x] : v.items()) {
+            double* field = key == "perToken" ? &c.perToken : key == "perUnit" ? &c.perUnit
+                            : key == "perDiskUnit"                              ? &c.perDiskUnit
+                                                                                : nullptr;
+            if (!field)
+                fail("." + policy + ": unknown field \"" + key + "\"");
+            if (!x.is_number() || !(x.get<double>() >= 0) || !std::isfinite(x.get<double>()))
+                fail("." + policy + "." + key + " must be a non-negative number of seconds, got " + x.dump());
+            *field = x.get<double>();
+        }
+        out[policy] = c;
+    }
+    return out;
+}
+
+} // namespace detail
+
+std::string fixedCostsCachePath()
+{
+    namespace fs = std::filesystem;
+    fs::path dir;
+    if (const char* d = std::getenv("STOWAGE_CACHE_DIR"); d && *d)
+        dir = d;
+    else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x)
+        dir = fs::path(x) / "stowage";
+    else if (const char* h = std::getenv("HOME"); h && *h)
+        dir = fs::path(h) / ".cache" / "stowage";
+    else
+        dir = fs::temp_directory_path() / "stowage";
+    return (dir / "fixed-costs.json").string();
+}
+
+std::string thisCpuKey()
+{
+    std::ifstream in("/proc/cpuinfo");
+    std::string line, model = "unknown CPU";
+    while (std::getline(in, line))
+        if (line.rfind("model name", 0) == 0) {
+            const size_t colon = line.find(':');
+            if (colon != std::string::npos) {
+                model = line.substr(line.find_first_not_of(" \t", colon + 1));
+                break;
+            }
+        }
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    return model + ", " + std::to_string(cores) + (cores == 1 ? " core" : " cores");
+}
+
+namespace {
+
+nlohmann::json readCache(const std::string& path)
+{
+    std::ifstream in(path);
+    if (!in)
+        return nlohmann::json::object();
+    try {
+        nlohmann::json j = nlohmann::json::parse(in);
+        return j.is_object() ? j : nlohmann::json::object();
+    } catch (const nlohmann::json::exception&) {
+        return nlohmann::json::object(); // a damaged cache is measured again
+    }
+}
+
+} // namespace
+
+void saveFixedCosts(const std::map<std::string, FixedCosts>& costs, const std::string& when)
+{
+    const std::string path = fixedCostsCachePath();
+    nlohmann::json all = readCache(path);
+    all[thisCpuKey()] = {{"measured", when}, {"fixedCosts", detail::fixedCostsToJson(costs)}};
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+    writeFileAtomically(path, all.dump(2) + "\n");
+}
+
+std::map<std::string, FixedCosts> loadFixedCosts(std::string* when)
+{
+    const std::string path = fixedCostsCachePath();
+    const nlohmann::json all = readCache(path);
+    auto it = all.find(thisCpuKey());
+    if (it == all.end() || !it->is_object() || !it->contains("fixedCosts"))
+        return {};
+    try {
+        auto costs = detail::fixedCostsFromJson((*it)["fixedCosts"], path, "");
+        if (when && it->contains("measured") && (*it)["measured"].is_string())
+            *when = (*it)["measured"].get<std::string>();
+        return costs;
+    } catch (const InputError&) {
+        return {};
+    }
+}
+
+} // namespace stowage

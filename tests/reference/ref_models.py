@@ -702,6 +702,9 @@ def build_model(cfg, tensors, dtype=torch.float32):
         return Phi3(cfg, tensors, dtype)
     if mt in ("mixtral", "qwen3_moe"):
         return MoE(cfg, tensors, dtype)
+    if mt == "deepseek_v3":
+        import fam_deepseek  # its own module: this file is long enough
+        return fam_deepseek.DeepseekV3(cfg, tensors, dtype)
     raise NotImplementedError("model_type " + mt)
 
 

@@ -17,7 +17,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ref_models import _causal_bias, _kept, _strip, _up
+from ref_models import _causal_bias, _kept, _strip, _up, fuse_experts, run_experts
 
 FAMILIES = ["deepseek_v3", "deepseek_v3-mha"]
 
@@ -157,13 +157,8 @@ class DeepseekV3:
         self.interleave = cfg.get("rope_interleave", True)
         self.lm_head = self.w["embed_tokens.weight"] if cfg["tie_word_embeddings"] else self.w["lm_head.weight"]
         # experts fused on load as conversion_mapping.py's qwen2_moe entry does
-        self.fused = {}
-        for i in range(self.dense, self.L):
-            src = "layers.%d.mlp.experts." % i
-
-            def stack(n):
-                return torch.stack([self.w["%s%d.%s.weight" % (src, e, n)] for e in range(self.E)], dim=0)
-            self.fused[i] = (torch.cat([stack("gate_proj"), stack("up_proj")], dim=1), stack("down_proj"))
+        self.fused = {i: fuse_experts(self.w, "layers.%d.mlp.experts." % i, self.E, ("gate_proj", "up_proj", "down_proj"))
+                      for i in range(self.dense, self.L)}
         self._rope_init()
 
     def _rope_init(self):
@@ -231,9 +226,10 @@ class DeepseekV3:
 
     def moe(self, i, p, x):
         # DeepseekV3TopkRouter (float32 logits), route_tokens_to_experts, DeepseekV3NaiveMoe
-        logits = F.linear(x.float(), self.w[p + "gate.weight"].float())
+        up = _up(x.dtype)  # float32 (float64 in the fp64 diagnostic mode)
+        logits = F.linear(x.to(up), self.w[p + "gate.weight"].to(up))
         scores = logits.sigmoid()
-        choice = scores + self.w[p + "gate.e_score_correction_bias"]
+        choice = scores + self.w[p + "gate.e_score_correction_bias"].to(up)
         per = self.E // self.groups
         group_scores = choice.view(-1, self.groups, per).topk(2, dim=-1)[0].sum(dim=-1)
         group_idx = torch.topk(group_scores, k=self.topk_group, dim=-1, sorted=False)[1]
@@ -245,16 +241,7 @@ class DeepseekV3:
         if self.cfg.get("norm_topk_prob", True):
             weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
         weights = weights * self.cfg.get("routed_scaling_factor", 1.0)
-        gate_up, down = self.fused[i]
-        out = torch.zeros_like(x)
-        mask = F.one_hot(index, num_classes=self.E).permute(2, 1, 0)  # [E, k, T]
-        for e in range(self.E):
-            pos, tok = torch.where(mask[e])
-            if tok.numel() == 0:
-                continue
-            g, u = F.linear(x[tok], gate_up[e]).chunk(2, dim=-1)
-            y = F.linear(F.silu(g) * u, down[e]) * weights[tok, pos, None]
-            out.index_add_(0, tok, y.to(out.dtype))
+        out = run_experts(x, index, weights, *self.fused[i], self.E)
         return out + self.mlp(p + "shared_experts.", x)
 
     def forward(self, ids, cache, start):

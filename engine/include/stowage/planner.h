@@ -30,7 +30,7 @@ struct KvReserve {
     // Each layer's where they differ (sliding windows, MLA's compressed
     // cache): the i-th module of layerClass in definition order gets
     // layerBytes[i]; empty, or a module past its end, bytesPerLayer.
-    std::vector<uint64_t> layerBytes;
+    std::vector<uint64_t> layerBytes{};
 };
 
 struct PlanOptions {

@@ -114,6 +114,16 @@ void TestReference::matchesReference_data()
     for (const char* family : {"mixtral", "qwen3_moe"})
         QTest::addRow("%s fused experts in ram and on disk", family)
             << QStringList{"--family", family, "--fused-experts"} << "ram-disk-gpu" << false;
+    // DeepSeek-V3 (tests/reference/fam_deepseek.py): MLA with q LoRA, yarn and
+    // interleaved rope, grouped sigmoid routing with the correction bias, shared
+    // experts, an MTP layer stored and ignored; -mha: q_proj, biases, default rope.
+    for (const char* placement : {"cpu", "offloaded", "simulated-gpu", "ram-disk-gpu"})
+        for (const char* family : {"deepseek_v3", "deepseek_v3-mha"})
+            QTest::addRow("%s %s", family, placement) << QStringList{"--family", family} << placement << false;
+    QTest::addRow("deepseek_v3 bf16 sharded layers in ram and on disk")
+        << QStringList{"--family", "deepseek_v3", "--dtype", "bfloat16", "--shards", "3"} << "ram-disk-gpu" << false;
+    QTest::addRow("deepseek_v3 bf16 offloaded")
+        << QStringList{"--family", "deepseek_v3", "--dtype", "bfloat16"} << "offloaded" << false;
     // fp16 checkpoints computed from their fp16 weights on the CPU (widened
     // as the kernels read them, exact) and with their cache in fp16: the
     // reference computes in fp32 from the same fp16 values and rounds its keys

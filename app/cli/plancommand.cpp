@@ -84,6 +84,8 @@ int planCommand(const std::vector<std::string>& argv)
         if (o.kv)
             r["kv_cache"] = {{"context", o.kv->context}, {"batch", o.kv->batch},
                              {"bytes_per_layer", o.kv->bytesPerLayer}, {"activation_bytes", o.kv->activationBytes}};
+        if (o.kv && !o.kv->layerBytes.empty()) // layers that differ: each one's (bytes_per_layer is the largest)
+            r["kv_cache"]["layer_bytes"] = o.kv->layerBytes;
         auto& costs = r["cost"] = nlohmann::ordered_json::array();
         try {
             for (auto pol : kPolicies)

@@ -209,12 +209,20 @@ ModuleTree buildModuleTree(const Checkpoint& ck, std::optional<DType> dtype, Ref
         checkShape(*ti, p.shape);
         p.stored = ti->dtype;
     }
+    // A persistent buffer the file stores (DeepSeek-V3's router correction
+    // bias) is loaded into the buffer: expected, not a parameter.
+    for (const Buffer& b : t.buffers())
+        if (b.persistent)
+            if (const TensorInfo* ti = lookup(b.name))
+                used[static_cast<size_t>(ti - ck.tensors().data())] = true;
     for (size_t i = 0; i < used.size(); ++i) {
         if (used[i])
             continue;
         const std::string& name = ck.tensors()[i].name;
         bool ignored = std::any_of(skel->ignoredSuffixes.begin(), skel->ignoredSuffixes.end(),
-                                   [&](const std::string& s) { return endsWith(name, s); });
+                                   [&](const std::string& s) { return endsWith(name, s); }) ||
+                       std::any_of(skel->ignoredPrefixes.begin(), skel->ignoredPrefixes.end(),
+                                   [&](const std::string& s) { return name.rfind(s, 0) == 0; });
         if (!ignored)
             t.m_unexpected.push_back(name);
     }

@@ -3,6 +3,7 @@
 #include "stowage/error.h"
 #include "stowage/families.h"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace stowage {
@@ -23,6 +24,17 @@ std::optional<KvReserve> kvReserveFor(const ModelConfig& c, const ModuleTree& tr
     r.layerClass = tree.noSplitClasses()[0];
     // keys and values for every position of every sequence
     r.bytesPerLayer = 2ull * uint64_t(batch) * uint64_t(context) * uint64_t(kvHeads) * uint64_t(headDim) * el;
+    if (!shape->cache.empty()) {
+        // A family whose layers differ: each keeps its own values a position,
+        // a sliding one no more positions than its window.
+        r.bytesPerLayer = 0;
+        for (const LayerCacheShape& l : shape->cache) {
+            const uint64_t positions = l.window > 0 ? std::min<uint64_t>(uint64_t(context), uint64_t(l.window))
+                                                    : uint64_t(context);
+            r.layerBytes.push_back(uint64_t(batch) * positions * uint64_t(l.elementsPerPosition) * el);
+            r.bytesPerLayer = std::max(r.bytesPerLayer, r.layerBytes.back());
+        }
+    }
     // the widest hidden state of a prefill, plus float32 logits of the last position
     r.activationBytes = uint64_t(batch) * uint64_t(context) * uint64_t(std::max(inner, 3 * hidden)) * el +
                         uint64_t(batch) * vocab * 4;

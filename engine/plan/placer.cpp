@@ -47,12 +47,16 @@ Sizes::Sizes(const ModuleTree& tree, const PlanOptions& options) : m_tree(tree)
         m_listed[i] = any || byParam;
     }
     if (options.kv && options.kv->bytesPerLayer > 0) {
+        const std::vector<uint64_t>& perLayer = options.kv->layerBytes;
+        size_t layer = 0;
         for (size_t i = 0; i < mods.size(); ++i) {
             if (mods[i].className != options.kv->layerClass)
                 continue;
+            const uint64_t bytes = layer < perLayer.size() ? perLayer[layer] : options.kv->bytesPerLayer;
+            ++layer;
             for (int a = int(i); a >= 0; a = mods[size_t(a)].parent) {
-                m_module[size_t(a)] += options.kv->bytesPerLayer;
-                m_kv[size_t(a)] += options.kv->bytesPerLayer;
+                m_module[size_t(a)] += bytes;
+                m_kv[size_t(a)] += bytes;
             }
         }
     }

@@ -312,6 +312,17 @@ bool WeightStore::has(const std::string& name) const { return m_byName.count(nam
 
 bool WeightStore::hasExperts(const std::string& param) const { return m_parts.count(param) > 0 || has(param); }
 
+at::Tensor WeightStore::storedBuffer(const std::string& name) const
+{
+    const TensorInfo* t = m_ck.find(name);
+    if (!t && name.rfind("model.", 0) == 0) // a base-model save
+        t = m_ck.find(name.substr(6));
+    if (!t)
+        return {};
+    return at::from_blob(const_cast<uint8_t*>(m_ck.data(*t)), t->shape, at::TensorOptions().dtype(toTorch(t->dtype)))
+        .to(at::kFloat, false, /*copy=*/true);
+}
+
 std::vector<at::Tensor> WeightStore::expert(const std::string& param, int64_t e)
 {
     std::vector<at::Tensor> out;

@@ -81,6 +81,10 @@ public:
     // expert would bring it in line, not done yet).
     std::vector<at::Tensor> expert(const std::string& param, int64_t e);
     bool hasExperts(const std::string& param) const;
+    // A persistent buffer the checkpoint stores (DeepSeek-V3's router
+    // e_score_correction_bias: tiny, no slot of its own), read from the file
+    // into a float32 CPU tensor; undefined when the checkpoint lacks it.
+    at::Tensor storedBuffer(const std::string& name) const;
 
     std::vector<std::string> deviceDescriptions() const;
     Telemetry& telemetry() { return m_telemetry; }

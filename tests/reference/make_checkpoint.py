@@ -28,10 +28,11 @@ except ImportError:
 sys.dont_write_bytecode = True  # keep __pycache__ out of the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import st_io  # noqa: E402
+import fam_deepseek  # noqa: E402
 
 TRANSFORMERS_VERSION = "4.46.0"
 FAMILIES = ["gpt2", "llama", "llama3", "mistral", "qwen2", "qwen3", "opt", "opt-proj",
-            "gemma3_text", "gemma3", "phi3", "phi4mini", "mixtral", "qwen3_moe"]
+            "gemma3_text", "gemma3", "phi3", "phi4mini", "mixtral", "qwen3_moe"] + fam_deepseek.FAMILIES
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -714,7 +715,10 @@ def make_tensor(shape, kind, gen):
 
 
 def build(family, seed, tied, prefix, pre_ln, norm_topk=True):
-    if family in ("mixtral", "qwen3_moe"):
+    if family in fam_deepseek.FAMILIES:
+        cfg = fam_deepseek.config(family, tied)
+        layout = fam_deepseek.layout(cfg, prefix, tied)
+    elif family in ("mixtral", "qwen3_moe"):
         cfg = moe_config(family, tied, norm_topk)
         layout = moe_layout(family, cfg, prefix, tied)
     elif family == "gpt2":
@@ -771,7 +775,7 @@ def split_shards(tensors, k):
 def write(out, cfg, tensors, dtype_name, shards):
     os.makedirs(out, exist_ok=True)
     dtype = TORCH_DTYPES[dtype_name]
-    stored = [(n, t.to(dtype)) for n, t in tensors]
+    stored = [(n, t.to(fam_deepseek.stored_dtype(n, dtype))) for n, t in tensors]
     cfg = dict(cfg)
     cfg["torch_dtype"] = dtype_name
     cfg["transformers_version"] = TRANSFORMERS_VERSION
@@ -804,7 +808,7 @@ def write(out, cfg, tensors, dtype_name, shards):
 DEFAULT_TIED = {"gpt2": True, "llama": False, "llama3": True, "mistral": False,
                 "qwen2": True, "qwen3": True, "opt": True, "opt-proj": True,
                 "gemma3_text": True, "gemma3": True, "phi3": False, "phi4mini": True,
-                "mixtral": False, "qwen3_moe": False}
+                "mixtral": False, "qwen3_moe": False, "deepseek_v3": False, "deepseek_v3-mha": False}
 DEFAULT_PRE_LN = {"opt": True, "opt-proj": False}  # opt-proj mirrors opt-350m (post-LN)
 
 

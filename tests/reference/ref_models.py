@@ -278,11 +278,7 @@ class MoE(LlamaLike):
             src = "layers.%d.%s" % (i, "block_sparse_moe." if self.mixtral else "mlp.")
             if src + "gate.weight" not in self.w:
                 continue  # a dense layer (mlp_only_layers)
-
-            def stack(n):
-                return torch.stack([self.w["%sexperts.%d.%s.weight" % (src, e, n)] for e in range(self.E)], dim=0)
-            gate_up = torch.cat([stack(src_names[0]), stack(src_names[1])], dim=1)  # [E, 2I, H]
-            self.fused[i] = (self.w[src + "gate.weight"], gate_up, stack(src_names[2]))  # down [E, H, I]
+            self.fused[i] = (self.w[src + "gate.weight"],) + fuse_experts(self.w, src + "experts.", self.E, src_names)
 
     def mlp(self, i, p, x):
         if i not in self.fused:
@@ -295,17 +291,33 @@ class MoE(LlamaLike):
             top = top / top.sum(dim=-1, keepdim=True)
         if not self.mixtral:
             top = top.to(router_logits.dtype)  # Qwen3MoeTopKRouter casts back; Mixtral's stay float32
-        out = torch.zeros_like(x)
-        mask = F.one_hot(index, num_classes=self.E).permute(2, 1, 0)  # [E, k, T]
-        for e in range(self.E):
-            pos, tok = torch.where(mask[e])
-            if tok.numel() == 0:
-                continue
-            g, u = F.linear(x[tok], gate_up[e]).chunk(2, dim=-1)
-            y = F.linear(F.silu(g) * u, down[e])
-            y = y * top[tok, pos, None]
-            out.index_add_(0, tok, y.to(out.dtype))
-        return out
+        return run_experts(x, index, top, gate_up, down, self.E)
+
+
+def fuse_experts(w, src, E, names):
+    """conversion_mapping.py's MergeModulelist(dim=0) + Concatenate(dim=1) of the experts
+    stored as src + "E.<name>.weight": (gate_up [E, 2I, H], down [E, H, I]); names are
+    the gate, up and down pieces' names."""
+    def stack(n):
+        return torch.stack([w["%s%d.%s.weight" % (src, e, n)] for e in range(E)], dim=0)
+    return torch.cat([stack(names[0]), stack(names[1])], dim=1), stack(names[2])
+
+
+def run_experts(x, index, weights, gate_up, down, E):
+    """The eager fused *Experts.forward of 5.6 (Mixtral, Qwen3-MoE, DeepSeek-V3): for each
+    expert some token picked, in increasing order, silu(gate) * up -> down, times the
+    token's weight, rounded to x's dtype and summed per token (index_add_)."""
+    out = torch.zeros_like(x)
+    mask = F.one_hot(index, num_classes=E).permute(2, 1, 0)  # [E, k, T]
+    for e in range(E):
+        pos, tok = torch.where(mask[e])
+        if tok.numel() == 0:
+            continue
+        g, u = F.linear(x[tok], gate_up[e]).chunk(2, dim=-1)
+        y = F.linear(F.silu(g) * u, down[e])
+        y = y * weights[tok, pos, None]
+        out.index_add_(0, tok, y.to(out.dtype))
+    return out
 
 
 # ============================================================================ Phi-3
@@ -702,6 +714,9 @@ def build_model(cfg, tensors, dtype=torch.float32):
         return Phi3(cfg, tensors, dtype)
     if mt in ("mixtral", "qwen3_moe"):
         return MoE(cfg, tensors, dtype)
+    if mt == "deepseek_v3":
+        import fam_deepseek  # its own module: this file is long enough
+        return fam_deepseek.DeepseekV3(cfg, tensors, dtype)
     raise NotImplementedError("model_type " + mt)
 
 

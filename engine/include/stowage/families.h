@@ -36,9 +36,21 @@ std::optional<std::string> familyOf(const std::string& modelType);
 // tokenizer_config.json does not say (Llama and OPT tokenizers do).
 bool addsBosByDefault(const std::string& modelType);
 
+// One decoder layer's KV cache where it is not 2 x kvHeads x headDim values
+// at every position (AttentionShape::cache).
+struct LayerCacheShape {
+    int64_t elementsPerPosition = 0; // values kept per position and sequence
+    int64_t window = 0;              // positions kept at most (sliding attention); 0: every one
+};
+
 // What a KV cache and activations of one layer need.
 struct AttentionShape {
     int64_t hidden = 0, kvHeads = 0, headDim = 0, inner = 0; // inner: the MLP's width
+    // Per decoder layer, in order, where a family's cache is not uniform:
+    // sliding layers (Gemma 3, Phi-3's sliding_window, gpt-oss) keep at most
+    // `window` positions, MLA (DeepSeek-V3) keeps a compressed latent. Empty:
+    // every layer keeps 2 x kvHeads x headDim values a position, all positions.
+    std::vector<LayerCacheShape> cache;
 };
 // nullopt for a model_type no family knows.
 std::optional<AttentionShape> attentionShape(const ModelConfig& config);

@@ -21,10 +21,16 @@ const char* strategyName(Strategy s);
 // Beyond Accelerate, off unless asked for: room for the KV cache of the
 // layers a device holds, and for the largest activation on every device.
 struct KvReserve {
-    uint64_t bytesPerLayer = 0;   // 2 x batch x context x kv_heads x head_dim x dtype bytes
+    // The largest layer's cache: 2 x batch x context x kv_heads x head_dim x
+    // dtype bytes for a uniform family (every layer's then).
+    uint64_t bytesPerLayer = 0;
     uint64_t activationBytes = 0; // largest activation, reserved on each GPU and the CPU
     std::string layerClass;       // which modules are "layers" (the no-split class)
     int context = 0, batch = 1;
+    // Each layer's where they differ (sliding windows, MLA's compressed
+    // cache): the i-th module of layerClass in definition order gets
+    // layerBytes[i]; empty, or a module past its end, bytesPerLayer.
+    std::vector<uint64_t> layerBytes{};
 };
 
 struct PlanOptions {

@@ -236,12 +236,19 @@ Skeleton build(const ModelConfig& c, DType dt)
 
 AttentionShape attention(const ModelConfig& c)
 {
-    const TextShape s = textShape(c.modelType() == "gemma3" ? c.sub("text_config") : c);
+    const ModelConfig text = c.modelType() == "gemma3" ? c.sub("text_config") : c;
+    const TextShape s = textShape(text);
     AttentionShape a;
     a.hidden = s.hidden;
     a.kvHeads = s.kvHeads;
     a.headDim = s.headDim;
     a.inner = s.inter;
+    // transformers 5.6's DynamicCache keeps a sliding layer's last
+    // sliding_window positions (Gemma3TextConfig's default 4096), a global
+    // layer's all of them.
+    const int64_t window = text.positive("sliding_window", 4096);
+    for (const std::string& type : layerTypes(text))
+        a.cache.push_back({2 * s.kvHeads * s.headDim, type == "sliding_attention" ? window : 0});
     return a;
 }
 

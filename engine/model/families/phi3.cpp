@@ -122,6 +122,12 @@ AttentionShape attention(const ModelConfig& c)
     a.kvHeads = c.positive("num_key_value_heads", heads);
     a.headDim = headDimOf(c, a.hidden, heads);
     a.inner = c.integer("intermediate_size", 8192);
+    // With sliding_window set (Phi-3-mini-4k: 2047) transformers 5.6's
+    // DynamicCache makes every layer a sliding one, keeping at most that
+    // many positions; null (Phi3Config's default) keeps them all.
+    if (c.has("sliding_window"))
+        a.cache.assign(size_t(c.integer("num_hidden_layers", 32)),
+                       LayerCacheShape{2 * a.kvHeads * a.headDim, c.positive("sliding_window")});
     return a;
 }
 

@@ -23,6 +23,9 @@ struct Skeleton {
     std::string basePrefix;
     // Stored tensors transformers ignores when loading (regex-free suffixes).
     std::vector<std::string> ignoredSuffixes;
+    // Stored tensors transformers ignores by where they lie (DeepSeek-V3's
+    // multi-token-prediction layer "model.layers.61."): name prefixes.
+    std::vector<std::string> ignoredPrefixes;
     // Older layouts of the same model, as transformers' checkpoint conversion
     // mapping renames them on load: {module-name prefix, stored prefix}, each
     // tried in order after the name itself (Gemma 3's Hub files keep

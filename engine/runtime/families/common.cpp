@@ -337,7 +337,10 @@ std::pair<at::Tensor, at::Tensor> appendCache(LayerCache& c, const at::Tensor& k
         // taken when used, as before.
         if (k.is_cpu() && need <= c.expected)
             shape[2] = std::max(shape[2], std::min<int64_t>(c.expected, kMaxExpected));
-        at::Tensor nk = at::empty(shape, k.options().dtype(dt)), nv = at::empty(shape, v.options().dtype(dt));
+        // v's last dimension may differ from k's (MLA's latent and rope part).
+        std::vector<int64_t> vShape = v.sizes().vec();
+        vShape[2] = shape[2];
+        at::Tensor nk = at::empty(shape, k.options().dtype(dt)), nv = at::empty(vShape, v.options().dtype(dt));
         if (c.length > 0) {
             nk.narrow(2, 0, c.length).copy_(c.k.narrow(2, 0, c.length));
             nv.narrow(2, 0, c.length).copy_(c.v.narrow(2, 0, c.length));

@@ -12,7 +12,6 @@ namespace stowage::arch {
 at::Tensor sparseMoe(WeightStore& store, const std::string& experts, const at::Tensor& x, const at::Tensor& router,
                      const Routing& r)
 {
-    const int64_t T = x.size(0);
     at::Tensor logitsR = dense(x, router);                      // [T, E] in x's dtype
     at::Tensor probs = at::softmax(logitsR.to(at::kFloat), -1); // float32, as both routers
     auto [top, index] = at::topk(probs, r.topK, -1);
@@ -20,21 +19,28 @@ at::Tensor sparseMoe(WeightStore& store, const std::string& experts, const at::T
         top = top / top.sum(-1, true);
     if (r.weightsInActivationDType)
         top = top.to(x.scalar_type());
+    return routedExperts(store, experts, x, index, top, r.experts);
+}
+
+at::Tensor routedExperts(WeightStore& store, const std::string& experts, const at::Tensor& x, const at::Tensor& index,
+                         const at::Tensor& top, int64_t count)
+{
+    const int64_t T = x.size(0), topK = index.size(1);
     // The routing is tiny ([T, k]): read on the CPU, it says which experts
     // to fetch before any expert weight moves.
     const at::Tensor idx = index.to(at::kCPU).contiguous();
     const int64_t* id = idx.data_ptr<int64_t>();
-    std::vector<std::vector<std::pair<int64_t, int64_t>>> picked(size_t(r.experts)); // expert -> (token, slot)
+    std::vector<std::vector<std::pair<int64_t, int64_t>>> picked(static_cast<size_t>(count)); // expert -> (token, slot)
     for (int64_t t = 0; t < T; ++t)
-        for (int64_t k = 0; k < r.topK; ++k) {
-            const int64_t e = id[t * r.topK + k];
-            if (e < 0 || e >= r.experts)
-                throw std::runtime_error("router picked expert " + std::to_string(e) + " of " + std::to_string(r.experts));
+        for (int64_t k = 0; k < topK; ++k) {
+            const int64_t e = id[t * topK + k];
+            if (e < 0 || e >= count)
+                throw std::runtime_error("router picked expert " + std::to_string(e) + " of " + std::to_string(count));
             picked[size_t(e)].push_back({t, k});
         }
     at::Tensor out = at::zeros_like(x);
     const std::string gateUp = experts + ".gate_up_proj", down = experts + ".down_proj";
-    for (int64_t e = 0; e < r.experts; ++e) {
+    for (int64_t e = 0; e < count; ++e) {
         const auto& rows = picked[size_t(e)];
         if (rows.empty())
             continue; // never fetched

@@ -29,6 +29,13 @@ struct Routing {
 // picked are ever fetched.
 at::Tensor sparseMoe(WeightStore& store, const std::string& experts, const at::Tensor& x, const at::Tensor& router,
                      const Routing& r);
+// The experts' half of it, for a router of the family's own (DeepSeek-V3's
+// grouped sigmoid): `index` [T, k] the experts each token picked (any
+// device), `weights` [T, k] their weights (float32 or x's dtype); each
+// expert's output times its weight, rounded to x's dtype, summed per token
+// in increasing expert order. Only the picked experts are read.
+at::Tensor routedExperts(WeightStore& store, const std::string& experts, const at::Tensor& x, const at::Tensor& index,
+                         const at::Tensor& weights, int64_t count);
 
 // The decoder Mixtral and Qwen3-MoE share (each family's runner file picks
 // its flavour): embed, per layer RMSNorm, attention with rotary (q_norm and

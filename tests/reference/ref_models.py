@@ -12,6 +12,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+import fam_gptoss
+
 
 def _strip(tensors, prefixes):
     """Maps checkpoint names to names without the model prefix."""
@@ -702,6 +704,8 @@ def build_model(cfg, tensors, dtype=torch.float32):
         return Phi3(cfg, tensors, dtype)
     if mt in ("mixtral", "qwen3_moe"):
         return MoE(cfg, tensors, dtype)
+    if mt == "gpt_oss":
+        return fam_gptoss.GptOss(cfg, tensors, dtype)
     raise NotImplementedError("model_type " + mt)
 
 

@@ -160,13 +160,7 @@ public:
             UnitScope u(m_store, name, h);
             const at::Tensor cos = cos32.to(u.device()), sin = sin32.to(u.device());
             at::Tensor x = gptNorm(h, u.w("input_layernorm.weight"), m_eps);
-            std::vector<at::Tensor> ws, bs;
-            for (const char* p : {"q_proj", "k_proj", "v_proj"}) {
-                ws.push_back(u.w(std::string("self_attn.") + p + ".weight"));
-                if (m_bias)
-                    bs.push_back(u.w(std::string("self_attn.") + p + ".bias"));
-            }
-            auto qkv = denseAll(x, ws, bs);
+            auto qkv = qkvProjections(u, x, m_bias);
             const auto split = [&](const at::Tensor& y, int64_t heads) {
                 return y.view({1, T, heads, m_headDim}).transpose(1, 2);
             };
@@ -196,23 +190,13 @@ private:
                       int64_t window) const
     {
         const int64_t T = q.size(2), S = k.size(2);
-        at::Tensor kk = k.to(q.scalar_type()), vv = v.to(q.scalar_type());
-        if (m_heads != m_kvHeads) { // repeat_kv
-            kk = kk.repeat_interleave(m_heads / m_kvHeads, 1);
-            vv = vv.repeat_interleave(m_heads / m_kvHeads, 1);
-        }
-        at::Tensor scores = at::matmul(q, kk.transpose(-1, -2)) * (1.0 / std::sqrt(double(m_headDim)));
-        const auto opts = at::TensorOptions().dtype(at::kLong).device(q.device());
-        at::Tensor qpos = at::arange(S - T, S, opts).unsqueeze(1), kpos = at::arange(0, S, opts).unsqueeze(0);
-        at::Tensor hidden = kpos > qpos;
-        if (window > 0)
-            hidden = hidden.logical_or(kpos <= qpos - window);
-        scores = scores.masked_fill(hidden, -std::numeric_limits<float>::infinity());
+        at::Tensor scores = at::matmul(q, repeatKv(k, q).transpose(-1, -2)) * (1.0 / std::sqrt(double(m_headDim)));
+        scores = scores.masked_fill(hiddenKeys(T, S, window, q.device()), -std::numeric_limits<float>::infinity());
         at::Tensor sink = as(sinks, scores).view({1, m_heads, 1, 1}).expand({1, m_heads, T, 1});
         at::Tensor all = at::cat({scores, sink}, -1);
         all = all - std::get<0>(all.max(-1, true));
         at::Tensor probs = at::softmax(all, -1).narrow(-1, 0, S);
-        return at::matmul(probs, vv);
+        return at::matmul(probs, repeatKv(v, q));
     }
 
     // GptOssMLP: GptOssTopKRouter, then GptOssExperts.forward over the

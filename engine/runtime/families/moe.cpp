@@ -128,13 +128,7 @@ public:
             UnitScope u(m_store, name, h);
             const at::Tensor cos = cos32.to(u.device(), h.scalar_type()), sin = sin32.to(u.device(), h.scalar_type());
             at::Tensor x = rmsNorm(h, u.w("input_layernorm.weight"), m_eps);
-            std::vector<at::Tensor> ws, bs;
-            for (const char* p : {"q_proj", "k_proj", "v_proj"}) {
-                ws.push_back(u.w(std::string("self_attn.") + p + ".weight"));
-                if (m_bias)
-                    bs.push_back(u.w(std::string("self_attn.") + p + ".bias"));
-            }
-            auto qkv = denseAll(x, ws, bs);
+            auto qkv = qkvProjections(u, x, m_bias);
             const auto split = [&](const at::Tensor& y, int64_t heads) {
                 return T == 1 ? y.view({1, heads, 1, m_headDim}) : y.view({1, T, heads, m_headDim});
             };

@@ -474,7 +474,7 @@ void TestModuleTree::impossibleConfigValues()
 void TestModuleTree::familyRegistry()
 {
     QCOMPARE(knownModelTypes(), (std::vector<std::string>{"gpt2", "llama", "mistral", "qwen2", "qwen3", "mixtral",
-                                                          "opt", "gemma3_text", "gemma3", "phi3", "qwen3_moe", "deepseek_v3"}));
+                                                          "opt", "gemma3_text", "gemma3", "phi3", "qwen3_moe", "gpt_oss", "deepseek_v3"}));
     QCOMPARE(archOf("gemma3_text"), std::optional<Arch>(Arch::gemma3));
     QCOMPARE(archOf("gemma3"), std::optional<Arch>(Arch::gemma3));
     QCOMPARE(familyOf("gemma3_text"), std::optional<std::string>("gemma3"));

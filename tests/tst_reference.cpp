@@ -124,6 +124,15 @@ void TestReference::matchesReference_data()
         << QStringList{"--family", "deepseek_v3", "--dtype", "bfloat16", "--shards", "3"} << "ram-disk-gpu" << false;
     QTest::addRow("deepseek_v3 bf16 offloaded")
         << QStringList{"--family", "deepseek_v3", "--dtype", "bfloat16"} << "offloaded" << false;
+    // gpt-oss: sinks, alternating sliding window (4, shorter than the run),
+    // yarn, biased router and experts stored fused [E, in, out] (each expert
+    // read as a slice of the stored tensor), fp32 and bf16 files, planned
+    // maps and layer 0 in RAM with the others on disk.
+    for (const char* dtype : {"float32", "bfloat16"}) {
+        for (const char* placement : {"cpu", "offloaded", "simulated-gpu", "ram-disk-gpu"})
+            QTest::addRow("gpt_oss %s %s", dtype, placement)
+                << QStringList{"--family", "gpt_oss", "--dtype", dtype} << placement << false;
+    }
     // fp16 checkpoints computed from their fp16 weights on the CPU (widened
     // as the kernels read them, exact) and with their cache in fp16: the
     // reference computes in fp32 from the same fp16 values and rounds its keys

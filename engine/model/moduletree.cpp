@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <stdexcept>
 
 namespace stowage {
 
@@ -82,6 +83,15 @@ int ModuleTree::addModule(int parent, const std::string& localName, const std::s
     m_moduleIndex[m.name] = idx;
     m_modules.push_back(std::move(m));
     return idx;
+}
+
+void ModuleTree::markExperts(const std::string& param)
+{
+    const int i = findParam(param);
+    if (i < 0)
+        throw std::logic_error("markExperts: no parameter '" + param + "'");
+    Param& p = m_params[static_cast<size_t>(i)];
+    p.experts = p.shape.empty() ? 0 : p.shape[0];
 }
 
 int ModuleTree::addParam(int module, const std::string& localName, std::vector<int64_t> shape, DType dtype)

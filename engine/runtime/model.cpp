@@ -42,6 +42,13 @@ std::unique_ptr<Model> Model::load(const Checkpoint& ck, const ModuleTree& tree,
     }
     if (ck.indexOnly())
         throw InputError(ck.weightsPath(), "the shards are not downloaded: running needs the weights");
+    // OpenAI's gpt-oss checkpoints hold their experts as MXFP4 blocks and
+    // scales: the tree plans them, nothing here runs them yet.
+    if (auto q = cfg.raw().find("quantization_config"); q != cfg.raw().end() && q->is_object())
+        throw InputError(cfg.path(), "quantization_config (quant_method '" +
+                                         q->value("quant_method", std::string("?")) +
+                                         "') cannot be run yet: quantized weights are not read; an unquantized "
+                                         "(bf16, fp16 or fp32) checkpoint of the model can be run");
     at::set_num_threads(loadThreads(options.threads));
 
     auto impl = std::make_unique<Impl>(options.telemetry ? options.telemetry : std::make_shared<Telemetry>());

@@ -56,6 +56,7 @@ struct WeightStore::Slot {
     RtDevice* homeDev = nullptr;
     at::Tensor resident; // on its home device; undefined for disk
     const uint8_t* src = nullptr; // bytes in the checkpoint mapping or offload file
+    uint64_t srcOffset = 0; // where its bytes start in the stored tensor's (an expert's slice of a fused one)
     std::shared_ptr<const void> keep; // the mapping `src` points into, kept alive by views of it
     DType srcDType = DType::F32;
     std::vector<int64_t> shape;
@@ -173,9 +174,12 @@ void WeightStore::load(const ProgressFn& progress)
     // original. A fused expert parameter stored per expert gets one slot per
     // stored tensor instead, homed where the map puts the parameter: loading
     // never assembles the fused tensor (no second copy of the experts), and
-    // decoding reads only the experts the router picks (expert()).
+    // decoding reads only the experts the router picks (expert()). A fused
+    // expert parameter the checkpoint holds whole gets one slot per expert
+    // too, each a slice of the stored tensor's bytes (its mapping, never
+    // the whole tensor copied).
     const auto& params = m_tree.params();
-    std::vector<int> slotOfTensor(m_ck.tensors().size(), -1);
+    std::vector<std::vector<int>> slotsOfTensor(m_ck.tensors().size());
     const auto addSlot = [&](const Param& p, const std::string& name, const std::vector<int64_t>& shape, int tensor) {
         auto slot = std::make_unique<Slot>();
         slot->name = name;
@@ -191,7 +195,7 @@ void WeightStore::load(const ProgressFn& progress)
             numel *= uint64_t(d);
         slot->bytes = numel * uint64_t(at::elementSize(m_weightDType));
         if (tensor >= 0)
-            slotOfTensor[size_t(tensor)] = int(m_slots.size());
+            slotsOfTensor[size_t(tensor)].push_back(int(m_slots.size()));
         m_byName[name] = slot.get();
         m_slots.push_back(std::move(slot));
         return m_slots.back().get();
@@ -199,11 +203,25 @@ void WeightStore::load(const ProgressFn& progress)
     for (const Param& p : params) {
         if (!p.duplicate && !p.found())
             throw InputError(m_ck.weightsPath(), "the checkpoint lacks '" + p.name + "', which running needs");
-        if (p.parts.empty()) {
+        const bool slicedExperts = p.parts.empty() && p.experts > 0 && !p.duplicate && p.tensor >= 0;
+        if (p.parts.empty() && !slicedExperts) {
             addSlot(p, p.name, p.shape, p.duplicate ? -1 : p.tensor);
             continue;
         }
         auto& parts = m_parts[p.name];
+        if (slicedExperts) {
+            const TensorInfo& t = m_ck.tensors()[size_t(p.tensor)];
+            const std::vector<int64_t> shape(p.shape.begin() + 1, p.shape.end());
+            const uint64_t sliceBytes = t.nbytes / uint64_t(p.experts);
+            for (int64_t e = 0; e < p.experts; ++e) {
+                Slot* s = addSlot(p, p.name + "[" + std::to_string(e) + "]", shape, p.tensor);
+                s->onDemand = true;
+                s->expert = e;
+                s->srcOffset = uint64_t(e) * sliceBytes;
+                parts.push_back(s);
+            }
+            continue;
+        }
         for (const StoredPart& part : p.parts) {
             Slot* s = addSlot(p, part.name, part.shape, part.tensor);
             s->onDemand = true;
@@ -217,8 +235,8 @@ void WeightStore::load(const ProgressFn& progress)
 
     bool needOffload = false;
     uint64_t total = 0, done = 0;
-    for (size_t ti = 0; ti < slotOfTensor.size(); ++ti)
-        if (slotOfTensor[ti] >= 0)
+    for (size_t ti = 0; ti < slotsOfTensor.size(); ++ti)
+        if (!slotsOfTensor[ti].empty())
             total += m_ck.tensors()[ti].nbytes;
 
     // Reports how far the load is; false when the caller wants it cancelled.
@@ -229,42 +247,43 @@ void WeightStore::load(const ProgressFn& progress)
     for (size_t shard = 0; shard < m_ck.shards().size(); ++shard) {
         for (size_t ti = 0; ti < m_ck.tensors().size(); ++ti) {
             const TensorInfo& t = m_ck.tensors()[ti];
-            if (size_t(t.shard) != shard || slotOfTensor[ti] < 0)
+            if (size_t(t.shard) != shard || slotsOfTensor[ti].empty())
                 continue;
-            Slot& s = *m_slots[size_t(slotOfTensor[ti])];
-            if (!going(s.name))
-                throw Cancelled();
-            s.src = m_ck.data(t);
-            s.keep = m_ck.shards()[shard].map;
-            s.tensor = &t;
-            s.srcDType = t.dtype;
-            if (s.home.kind == Device::Disk) {
-                needOffload = needOffload || !readsInPlace(s);
-            } else {
-                m_telemetry.allocate(s.homeDev->label(), s.bytes, s.name);
-                if (usesInPlace(s)) {
-                    s.resident = fromSource(s);
-                    done += t.nbytes;
-                    continue;
+            for (int si : slotsOfTensor[ti]) {
+                Slot& s = *m_slots[size_t(si)];
+                if (!going(s.name))
+                    throw Cancelled();
+                s.src = m_ck.data(t) + s.srcOffset;
+                s.keep = m_ck.shards()[shard].map;
+                s.tensor = &t;
+                s.srcDType = t.dtype;
+                if (s.home.kind == Device::Disk) {
+                    needOffload = needOffload || !readsInPlace(s);
+                } else {
+                    m_telemetry.allocate(s.homeDev->label(), s.bytes, s.name);
+                    if (usesInPlace(s)) {
+                        s.resident = fromSource(s);
+                        continue;
+                    }
+                    const double t0 = m_telemetry.now();
+                    try {
+                        s.resident = s.homeDev->torch.is_cpu()
+                                         ? ownedHostCopy(fromSource(s), m_weightDType)
+                                         : fromSource(s).to(s.homeDev->torch, m_weightDType, false, /*copy=*/true);
+                    } catch (const c10::Error& e) {
+                        throw InputError("device " + s.homeDev->label(),
+                                         "cannot hold " + s.name + ": " + std::string(e.what_without_backtrace()));
+                    }
+                    if (s.homeDev->device.kind == Device::Gpu) {
+                        m_telemetry.addH2D(s.bytes);
+                        // Dispatch crosses the simulated link as every later copy
+                        // does (fetchInto): a throttled load lasts as it would.
+                        if (s.homeDev->simulated && m_options.simulatedPcieBytesPerSecond > 0)
+                            pause(double(s.bytes) / m_options.simulatedPcieBytesPerSecond - (m_telemetry.now() - t0),
+                                  [&] { return going(s.name); }); // a cancel lands within a slice of the copy
+                    } else if (m_exec->torch.is_cuda() && m_options.policy != ExecutionPolicy::AccelerateLike)
+                        s.resident = cuda::pinned(s.resident); // fast, asynchronous host-to-GPU copies
                 }
-                const double t0 = m_telemetry.now();
-                try {
-                    s.resident = s.homeDev->torch.is_cpu()
-                                     ? ownedHostCopy(fromSource(s), m_weightDType)
-                                     : fromSource(s).to(s.homeDev->torch, m_weightDType, false, /*copy=*/true);
-                } catch (const c10::Error& e) {
-                    throw InputError("device " + s.homeDev->label(),
-                                     "cannot hold " + s.name + ": " + std::string(e.what_without_backtrace()));
-                }
-                if (s.homeDev->device.kind == Device::Gpu) {
-                    m_telemetry.addH2D(s.bytes);
-                    // Dispatch crosses the simulated link as every later copy
-                    // does (fetchInto): a throttled load lasts as it would.
-                    if (s.homeDev->simulated && m_options.simulatedPcieBytesPerSecond > 0)
-                        pause(double(s.bytes) / m_options.simulatedPcieBytesPerSecond - (m_telemetry.now() - t0),
-                              [&] { return going(s.name); }); // a cancel lands within a slice of the copy
-                } else if (m_exec->torch.is_cuda() && m_options.policy != ExecutionPolicy::AccelerateLike)
-                    s.resident = cuda::pinned(s.resident); // fast, asynchronous host-to-GPU copies
             }
             done += t.nbytes;
         }

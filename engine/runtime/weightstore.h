@@ -65,7 +65,7 @@ public:
     // The weights of expert `e` of the fused parameter `param`
     // ("model.layers.0.mlp.experts.gate_up_proj"), on the current unit's
     // device: its stored tensors in Param::parts order (gate and up for
-    // gate_up_proj, down for down_proj), or the slice [e] of a parameter
+    // gate_up_proj, down for down_proj), or its slice [e] of a parameter
     // stored fused. Only between enter() and leave() of its unit.
     //
     // Prefetch and experts: which experts a token needs is known only once
@@ -76,9 +76,9 @@ public:
     // from disk: a view of the mapping and a read-ahead hint, no copy);
     // leave() drops it with the unit's other fetched weights. So a decode
     // step moves only the experts the router picked, never the others.
-    // A parameter the checkpoint stores fused is one slot, fetched whole by
-    // enter() like any weight (all its experts; slicing its mapping per
-    // expert would bring it in line, not done yet).
+    // A fused parameter the checkpoint holds whole (gpt-oss's, or a 5.x
+    // save; Param::experts) gets the same: one slot per expert, a slice of
+    // the stored tensor's bytes, so it too is fetched an expert at a time.
     std::vector<at::Tensor> expert(const std::string& param, int64_t e);
     bool hasExperts(const std::string& param) const;
     // A persistent buffer the checkpoint stores (DeepSeek-V3's router

@@ -3,7 +3,7 @@
 
 Usage:
   make_checkpoint.py --family {gpt2,llama,llama3,mistral,qwen2,qwen3,opt,opt-proj,
-                               gemma3_text,gemma3,phi3,phi4mini}
+                               gemma3_text,gemma3,phi3,phi4mini,mixtral,qwen3_moe,gpt_oss}
                      --out DIR [--seed N] [--dtype float32|bfloat16|float16]
                      [--shards K] [--tied | --untied] [--no-prefix]
                      [--pre-ln | --post-ln]   (opt families only)
@@ -29,10 +29,11 @@ sys.dont_write_bytecode = True  # keep __pycache__ out of the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import st_io  # noqa: E402
 import fam_deepseek  # noqa: E402
+import fam_gptoss  # noqa: E402
 
 TRANSFORMERS_VERSION = "4.46.0"
 FAMILIES = ["gpt2", "llama", "llama3", "mistral", "qwen2", "qwen3", "opt", "opt-proj",
-            "gemma3_text", "gemma3", "phi3", "phi4mini", "mixtral", "qwen3_moe"] + fam_deepseek.FAMILIES
+            "gemma3_text", "gemma3", "phi3", "phi4mini", "mixtral", "qwen3_moe", "gpt_oss"] + fam_deepseek.FAMILIES
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -715,7 +716,10 @@ def make_tensor(shape, kind, gen):
 
 
 def build(family, seed, tied, prefix, pre_ln, norm_topk=True):
-    if family in fam_deepseek.FAMILIES:
+    if family == "gpt_oss":  # fam_gptoss.py
+        cfg = fam_gptoss.config(tied)
+        layout = fam_gptoss.layout(cfg, prefix, tied)
+    elif family in fam_deepseek.FAMILIES:
         cfg = fam_deepseek.config(family, tied)
         layout = fam_deepseek.layout(cfg, prefix, tied)
     elif family in ("mixtral", "qwen3_moe"):
@@ -740,7 +744,7 @@ def build(family, seed, tied, prefix, pre_ln, norm_topk=True):
         cfg = llama_like_config(family, tied)
         layout = llama_like_layout(family, cfg, prefix, tied)
     gen = torch.Generator().manual_seed(seed)
-    tensors = [(name, make_tensor(shape, kind, gen)) for name, shape, kind in layout]
+    tensors = [(name, fam_gptoss.make_tensor(shape, kind, gen, make_tensor)) for name, shape, kind in layout]
     return cfg, tensors
 
 
@@ -808,7 +812,7 @@ def write(out, cfg, tensors, dtype_name, shards):
 DEFAULT_TIED = {"gpt2": True, "llama": False, "llama3": True, "mistral": False,
                 "qwen2": True, "qwen3": True, "opt": True, "opt-proj": True,
                 "gemma3_text": True, "gemma3": True, "phi3": False, "phi4mini": True,
-                "mixtral": False, "qwen3_moe": False, "deepseek_v3": False, "deepseek_v3-mha": False}
+                "mixtral": False, "qwen3_moe": False, "gpt_oss": False, "deepseek_v3": False, "deepseek_v3-mha": False}
 DEFAULT_PRE_LN = {"opt": True, "opt-proj": False}  # opt-proj mirrors opt-350m (post-LN)
 
 

@@ -12,6 +12,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+import fam_gptoss
+
 
 def _strip(tensors, prefixes):
     """Maps checkpoint names to names without the model prefix."""
@@ -714,6 +716,8 @@ def build_model(cfg, tensors, dtype=torch.float32):
         return Phi3(cfg, tensors, dtype)
     if mt in ("mixtral", "qwen3_moe"):
         return MoE(cfg, tensors, dtype)
+    if mt == "gpt_oss":
+        return fam_gptoss.GptOss(cfg, tensors, dtype)
     if mt == "deepseek_v3":
         import fam_deepseek  # its own module: this file is long enough
         return fam_deepseek.DeepseekV3(cfg, tensors, dtype)

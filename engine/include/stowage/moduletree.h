@@ -48,6 +48,10 @@ struct Param {
     // these tensors, in order; `tensor` is then -1 and the weight store
     // keeps one slot per part.
     std::vector<StoredPart> parts;
+    // > 0: a fused MoE parameter whose dim 0 indexes this many experts. Where
+    // the checkpoint holds it whole (read 1:1), the weight store still keeps
+    // one slot per expert, a slice of the stored tensor's bytes.
+    int64_t experts = 0;
     // Whether the checkpoint holds it: its tensor, or every part.
     bool found() const;
     uint64_t numel() const;
@@ -118,6 +122,8 @@ public:
     int addParam(int module, const std::string& localName, std::vector<int64_t> shape, DType dtype);
     int addBuffer(int module, const std::string& localName, std::vector<int64_t> shape, DType dtype, bool persistent);
     void tie(const std::string& duplicate, const std::string& original);
+    // Marks a parameter fused over experts along dim 0 (Param::experts).
+    void markExperts(const std::string& param);
     void setNoSplit(std::vector<std::string> classes) { m_noSplit = std::move(classes); }
     void setModelType(std::string t, bool known)
     {

@@ -131,6 +131,7 @@ void renameStored(Skeleton& s, const std::string& param, const std::string& stor
 void fuseExperts(Skeleton& s, const std::string& param, int64_t experts,
                  const std::vector<std::pair<std::string, std::vector<int64_t>>>& pieces)
 {
+    s.tree.markExperts(param); // held fused, it is still read an expert at a time
     auto& parts = s.storedParts[param];
     for (int64_t e = 0; e < experts; ++e) {
         int64_t offset = 0;

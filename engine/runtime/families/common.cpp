@@ -37,21 +37,39 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
         if (o.defined())
             return o;
     }
-    const int64_t heads = q.size(1), kvHeads = k.size(1);
-    at::Tensor kk = k.to(q.scalar_type()), vv = v.to(q.scalar_type());
-    if (heads != kvHeads) { // repeat_kv
-        kk = kk.repeat_interleave(heads / kvHeads, 1);
-        vv = vv.repeat_interleave(heads / kvHeads, 1);
-    }
+    const at::Tensor kk = repeatKv(k, q), vv = repeatKv(v, q);
     at::Tensor scores = at::matmul(q, kk.transpose(-1, -2)) * scale;
     const int64_t T = q.size(2), S = kk.size(2);
-    if (T > 1) {
-        // position i of the new block sees cached keys and new keys up to itself
-        at::Tensor mask = at::ones({T, S}, at::TensorOptions().dtype(at::kBool).device(q.device())).triu(S - T + 1);
-        scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
-    }
+    if (T > 1) // position i of the new block sees cached keys and new keys up to itself
+        scores = scores.masked_fill(hiddenKeys(T, S, 0, q.device()), -std::numeric_limits<float>::infinity());
     at::Tensor probs = at::softmax(scores.to(at::kFloat), -1).to(q.scalar_type());
     return at::matmul(probs, vv);
+}
+
+at::Tensor repeatKv(const at::Tensor& kv, const at::Tensor& q)
+{
+    at::Tensor out = kv.to(q.scalar_type());
+    const int64_t heads = q.size(1), kvHeads = kv.size(1);
+    return heads == kvHeads ? out : out.repeat_interleave(heads / kvHeads, 1);
+}
+
+at::Tensor hiddenKeys(int64_t T, int64_t S, int64_t window, at::Device device)
+{
+    const auto opts = at::TensorOptions().dtype(at::kLong).device(device);
+    const at::Tensor qpos = at::arange(S - T, S, opts).unsqueeze(1), kpos = at::arange(0, S, opts).unsqueeze(0);
+    at::Tensor hidden = kpos > qpos;
+    return window > 0 ? hidden.logical_or(kpos <= qpos - window) : hidden;
+}
+
+std::vector<at::Tensor> qkvProjections(const UnitScope& u, const at::Tensor& x, bool bias)
+{
+    std::vector<at::Tensor> ws, bs;
+    for (const char* p : {"q_proj", "k_proj", "v_proj"}) {
+        ws.push_back(u.w(std::string("self_attn.") + p + ".weight"));
+        if (bias)
+            bs.push_back(u.w(std::string("self_attn.") + p + ".bias"));
+    }
+    return denseAll(x, ws, bs);
 }
 
 namespace {

@@ -134,12 +134,7 @@ public:
             const auto& cs = rope[sliding ? 0 : 1];
             const at::Tensor cos = cs.first.to(u.device()), sin = cs.second.to(u.device());
             at::Tensor x = gemmaNorm(h, u.w("input_layernorm.weight"), m_eps);
-            std::vector<at::Tensor> ws{u.w("self_attn.q_proj.weight"), u.w("self_attn.k_proj.weight"),
-                                       u.w("self_attn.v_proj.weight")};
-            std::vector<at::Tensor> bs;
-            if (m_bias)
-                bs = {u.w("self_attn.q_proj.bias"), u.w("self_attn.k_proj.bias"), u.w("self_attn.v_proj.bias")};
-            auto qkv = denseAll(x, ws, bs);
+            auto qkv = qkvProjections(u, x, m_bias);
             const auto split = [&](const at::Tensor& y, int64_t heads) {
                 return y.view({1, T, heads, m_headDim}).transpose(1, 2);
             };
@@ -200,22 +195,12 @@ private:
             const int64_t n = window > 0 ? std::min(S, window) : S;
             return attention(q, k.narrow(2, S - n, n), v.narrow(2, S - n, n), m_scale);
         }
-        at::Tensor kk = k.to(q.scalar_type()), vv = v.to(q.scalar_type());
-        if (m_heads != m_kvHeads) { // repeat_kv
-            kk = kk.repeat_interleave(m_heads / m_kvHeads, 1);
-            vv = vv.repeat_interleave(m_heads / m_kvHeads, 1);
-        }
-        at::Tensor scores = at::matmul(q, kk.transpose(-1, -2)) * m_scale;
+        at::Tensor scores = at::matmul(q, repeatKv(k, q).transpose(-1, -2)) * m_scale;
         if (m_attnCap)
             scores = at::tanh(scores / *m_attnCap) * *m_attnCap;
-        const auto opts = at::TensorOptions().dtype(at::kLong).device(q.device());
-        at::Tensor qpos = at::arange(S - T, S, opts).unsqueeze(1), kpos = at::arange(0, S, opts).unsqueeze(0);
-        at::Tensor hidden = kpos > qpos;
-        if (window > 0)
-            hidden = hidden.logical_or(kpos <= qpos - window);
-        scores = scores.masked_fill(hidden, -std::numeric_limits<float>::infinity());
+        scores = scores.masked_fill(hiddenKeys(T, S, window, q.device()), -std::numeric_limits<float>::infinity());
         at::Tensor probs = at::softmax(scores.to(at::kFloat), -1).to(q.scalar_type());
-        return at::matmul(probs, vv);
+        return at::matmul(probs, repeatKv(v, q));
     }
 
     WeightStore& m_store;

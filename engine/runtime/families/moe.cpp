@@ -5,42 +5,30 @@
 #include "stowage/error.h"
 
 #include <cmath>
+#include <functional>
 #include <stdexcept>
 
 namespace stowage::arch {
 
-at::Tensor sparseMoe(WeightStore& store, const std::string& experts, const at::Tensor& x, const at::Tensor& router,
-                     const Routing& r)
-{
-    at::Tensor logitsR = dense(x, router);                      // [T, E] in x's dtype
-    at::Tensor probs = at::softmax(logitsR.to(at::kFloat), -1); // float32, as both routers
-    auto [top, index] = at::topk(probs, r.topK, -1);
-    if (r.renormalise)
-        top = top / top.sum(-1, true);
-    if (r.weightsInActivationDType)
-        top = top.to(x.scalar_type());
-    return routedExperts(store, experts, x, index, top, r.experts);
-}
 
-at::Tensor routedExperts(WeightStore& store, const std::string& experts, const at::Tensor& x, const at::Tensor& index,
-                         const at::Tensor& top, int64_t count)
+at::Tensor routedSum(const at::Tensor& x, const at::Tensor& weights, const at::Tensor& index, int64_t experts,
+                     const std::function<at::Tensor(const at::Tensor&, int64_t)>& expert)
 {
     const int64_t T = x.size(0), topK = index.size(1);
     // The routing is tiny ([T, k]): read on the CPU, it says which experts
     // to fetch before any expert weight moves.
     const at::Tensor idx = index.to(at::kCPU).contiguous();
     const int64_t* id = idx.data_ptr<int64_t>();
-    std::vector<std::vector<std::pair<int64_t, int64_t>>> picked(static_cast<size_t>(count)); // expert -> (token, slot)
+    std::vector<std::vector<std::pair<int64_t, int64_t>>> picked(static_cast<size_t>(experts)); // expert -> (token, slot)
     for (int64_t t = 0; t < T; ++t)
         for (int64_t k = 0; k < topK; ++k) {
             const int64_t e = id[t * topK + k];
-            if (e < 0 || e >= count)
-                throw std::runtime_error("router picked expert " + std::to_string(e) + " of " + std::to_string(count));
+            if (e < 0 || e >= experts)
+                throw std::runtime_error("router picked expert " + std::to_string(e) + " of " + std::to_string(experts));
             picked[size_t(e)].push_back({t, k});
         }
     at::Tensor out = at::zeros_like(x);
-    const std::string gateUp = experts + ".gate_up_proj", down = experts + ".down_proj";
-    for (int64_t e = 0; e < count; ++e) {
+    for (int64_t e = 0; e < experts; ++e) {
         const auto& rows = picked[size_t(e)];
         if (rows.empty())
             continue; // never fetched
@@ -53,23 +41,43 @@ at::Tensor routedExperts(WeightStore& store, const std::string& experts, const a
         at::Tensor ti = at::tensor(tok, at::kLong).to(x.device());
         if (T == 1) {
             xe = x;
-            we = top.narrow(1, slot[0], 1); // [1, 1]
+            we = weights.narrow(1, slot[0], 1); // [1, 1]
         } else {
             xe = x.index_select(0, ti);
-            we = top.index({ti, at::tensor(slot, at::kLong).to(x.device())}).unsqueeze(1);
+            we = weights.index({ti, at::tensor(slot, at::kLong).to(x.device())}).unsqueeze(1);
         }
+        at::Tensor y = (expert(xe, e) * we).to(out.scalar_type());
+        out.index_add_(0, ti, y);
+    }
+    return out;
+}
+
+at::Tensor routedExperts(WeightStore& store, const std::string& experts, const at::Tensor& x, const at::Tensor& index,
+                         const at::Tensor& weights, int64_t count)
+{
+    const std::string gateUp = experts + ".gate_up_proj", down = experts + ".down_proj";
+    return routedSum(x, weights, index, count, [&](const at::Tensor& xe, int64_t e) {
         std::vector<at::Tensor> gu = store.expert(gateUp, e);
         std::vector<at::Tensor> g2; // gate, up
         if (gu.size() == 2)
             g2 = denseAll(xe, gu);
         else // stored fused [2 x inter, hidden]: gate rows first, then up
             g2 = dense(xe, gu.at(0)).chunk(2, -1);
-        at::Tensor h = siluMul(g2[0], g2[1]);
-        at::Tensor y = dense(h, store.expert(down, e).at(0));
-        y = (y * we).to(out.scalar_type());
-        out.index_add_(0, ti, y);
-    }
-    return out;
+        return dense(siluMul(g2[0], g2[1]), store.expert(down, e).at(0));
+    });
+}
+
+at::Tensor sparseMoe(WeightStore& store, const std::string& experts, const at::Tensor& x, const at::Tensor& router,
+                     const Routing& r)
+{
+    at::Tensor logitsR = dense(x, router);                      // [T, E] in x's dtype
+    at::Tensor probs = at::softmax(logitsR.to(at::kFloat), -1); // float32, as both routers
+    auto [top, index] = at::topk(probs, r.topK, -1);
+    if (r.renormalise)
+        top = top / top.sum(-1, true);
+    if (r.weightsInActivationDType)
+        top = top.to(x.scalar_type());
+    return routedExperts(store, experts, x, index, top, r.experts);
 }
 
 namespace {
@@ -127,13 +135,7 @@ public:
             UnitScope u(m_store, name, h);
             const at::Tensor cos = cos32.to(u.device(), h.scalar_type()), sin = sin32.to(u.device(), h.scalar_type());
             at::Tensor x = rmsNorm(h, u.w("input_layernorm.weight"), m_eps);
-            std::vector<at::Tensor> ws, bs;
-            for (const char* p : {"q_proj", "k_proj", "v_proj"}) {
-                ws.push_back(u.w(std::string("self_attn.") + p + ".weight"));
-                if (m_bias)
-                    bs.push_back(u.w(std::string("self_attn.") + p + ".bias"));
-            }
-            auto qkv = denseAll(x, ws, bs);
+            auto qkv = qkvProjections(u, x, m_bias);
             const auto split = [&](const at::Tensor& y, int64_t heads) {
                 return T == 1 ? y.view({1, heads, 1, m_headDim}) : y.view({1, T, heads, m_headDim});
             };

@@ -4,6 +4,8 @@
 // decoder of Llama-style attention with such blocks (Mixtral, Qwen3-MoE).
 #include "runner.h"
 
+#include <functional>
+
 namespace stowage::arch {
 
 // How a family's router turns its logits into expert weights.
@@ -17,6 +19,15 @@ struct Routing {
     // float32, so a bf16 expert output is widened for the product).
     bool weightsInActivationDType = false;
 };
+
+// The sum over the routed experts that every *Experts.forward of 5.6 runs:
+// for each expert some token picked (index [T, k], int64), in increasing
+// expert order, `expert(x rows routed to e, e)` times each row's weight
+// (weights [T, k], the slot's column), rounded to x's dtype and added into
+// the output per token (index_add_). An expert no token picked is never
+// asked for, so its weights are never fetched.
+at::Tensor routedSum(const at::Tensor& x, const at::Tensor& weights, const at::Tensor& index, int64_t experts,
+                     const std::function<at::Tensor(const at::Tensor& xe, int64_t e)>& expert);
 
 // The sparse MoE block of transformers 5.6 (MixtralSparseMoeBlock,
 // Qwen3MoeSparseMoeBlock and their *Experts) on x [T, hidden]: router

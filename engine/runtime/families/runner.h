@@ -76,6 +76,14 @@ private:
 // the T new positions that follow S-T cached ones. Grouped-query heads repeat.
 // k/v may be held narrower than q (LayerCache::storeAs): they are widened.
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale);
+// repeat_kv: keys or values [B, KV, S, D] as q's [B, H, ...] heads, in q's dtype.
+at::Tensor repeatKv(const at::Tensor& kv, const at::Tensor& q);
+// What masking_utils hides from T new queries that follow S - T cached
+// positions: [T, S], true where key j is after the query's position p, or
+// (window > 0, sliding_window_overlay) where j <= p - window.
+at::Tensor hiddenKeys(int64_t T, int64_t S, int64_t window, at::Device device);
+// self_attn.q_proj, k_proj and v_proj of x (with their biases where `bias`), as denseAll.
+std::vector<at::Tensor> qkvProjections(const UnitScope& u, const at::Tensor& x, bool bias);
 // y = x W^T (+ b) for W stored [out, in] (Linear). One row at a time
 // (decoding) goes through a matrix-vector kernel (gemv.h), several times
 // faster than the matrix-matrix path for a single row. W may be fp16 with an

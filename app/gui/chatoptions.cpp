@@ -168,7 +168,7 @@ void ChatOptions::refresh()
     } else {
         bool ok = false;
         const QString text = rendered(m_prompt, &ok);
-        m_caption->setText(ok ? tr("What the model reads (%n character(s)):", nullptr, int(text.size()))
+        m_caption->setText(ok ? tr("What the model reads (%1 characters):").arg(text.size())
                               : tr("The chat template refuses this prompt; Generate would fail:"));
         if (m_preview->toPlainText() != text)
             m_preview->setPlainText(text);

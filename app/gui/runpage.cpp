@@ -1,6 +1,7 @@
 #include "runpage.h"
 
 #include "budgetmodel.h"
+#include "chatoptions.h"
 #include "display.h"
 #include "placementmap.h"
 #include "planningpage.h"
@@ -247,6 +248,11 @@ QWidget* RunPage::buildControls()
     m_prompt->setPlainText(QStringLiteral("In the beginning"));
     m_prompt->setMaximumHeight(m_prompt->fontMetrics().height() * 4);
     gf->addRow(m_prompt);
+    m_chat = new ChatOptions(genBox);
+    m_chat->setObjectName("chatOptions");
+    m_chat->setPrompt(m_prompt->toPlainText());
+    connect(m_prompt, &QPlainTextEdit::textChanged, m_chat, [this] { m_chat->setPrompt(m_prompt->toPlainText()); });
+    gf->addRow(m_chat);
     m_maxTokens = new QSpinBox(genBox);
     m_maxTokens->setObjectName("maxNewTokens");
     m_maxTokens->setRange(1, 100000);
@@ -451,6 +457,8 @@ void RunPage::onPlanChanged()
 void RunPage::modelOpened(const QString& cannotRun)
 {
     m_cannotRun = cannotRun;
+    const PlanState st = m_planning->planState();
+    m_chat->setModel(st.modelPath, st.tree ? QString::fromStdString(st.tree->modelType()) : QString());
     using S = RunController::State;
     // The worker may hold the previous model: it goes, so that Generate can
     // never run a model that is no longer open.
@@ -484,69 +492,6 @@ void RunPage::showMessage(const QString& text, bool error)
     m_messageBar->setStyleSheet(error ? "#runMessageBar { background: #fde2e2; border: 1px solid #e8a0a0; border-radius: 3px; } QLabel { color: #7a1010; }"
                                       : "#runMessageBar { background: #fff4d6; border: 1px solid #e8cf80; border-radius: 3px; } QLabel { color: #5a4300; }");
     m_messageBar->setVisible(!text.isEmpty());
-}
-
-LoadRequest RunPage::loadRequest(QString* error) const
-{
-    LoadRequest r = loadRequestFor(m_planning->planState(), error);
-    r.policy = m_policy->currentData().toString();
-    r.offloadFolder = m_offload->text().trimmed();
-    if (r.offloadFolder.isEmpty())
-        r.offloadFolder = QDir(QStandardPaths::writableLocation(QStandardPaths::CacheLocation)).filePath("offload");
-    r.throttle = m_throttle->isChecked() && r.simulateGpus;
-    if (r.simulateGpus && m_hardwareOverride)
-        r.hardware = m_hardwareOverride;
-    return r;
-}
-
-LoadRequest RunPage::loadRequestFor(const PlanState& st, QString* error)
-{
-    LoadRequest r;
-    if (!st.plan) {
-        if (error)
-            *error = tr("There is no plan to run: open a checkpoint and plan it first.");
-        return r;
-    }
-    r.path = st.modelPath;
-    r.dtype = QString::fromLatin1(dtypeTorchName(st.dtype));
-    r.deviceMap = st.plan->deviceMap;
-    bool usesGpu = false, simulated = false;
-    for (const auto& [key, dev] : st.plan->deviceMap)
-        usesGpu = usesGpu || dev.kind == Device::Gpu;
-    for (const BudgetDevice& d : st.devices) {
-        if (d.device.kind != Device::Gpu)
-            continue;
-        r.maxMemory.push_back({d.device, double(d.budget)});
-        simulated = simulated || d.simulated;
-    }
-    r.simulateGpus = usesGpu && simulated;
-    // The simulated GPUs are the ones the prediction describes.
-    if (r.simulateGpus)
-        r.hardware = st.profile;
-    return r;
-}
-
-GenerateRequest RunPage::generateRequest() const
-{
-    GenerateRequest g;
-    g.prompt = m_prompt->toPlainText();
-    if (!m_hasTokenizer) {
-        // Without a tokenizer the prompt box holds token ids: "1, 2, 3".
-        static const QRegularExpression separators(QStringLiteral("[^0-9]+"));
-        for (const QString& part : g.prompt.split(separators, Qt::SkipEmptyParts))
-            g.promptIds.push_back(part.toInt());
-        if (g.promptIds.isEmpty())
-            g.promptIds.push_back(0);
-        g.prompt.clear();
-    }
-    g.maxNewTokens = m_maxTokens->value();
-    g.greedy = m_greedy->isChecked();
-    g.temperature = m_temperature->value();
-    g.topK = m_topK->value();
-    g.topP = m_topP->value();
-    g.seed = m_seed->value();
-    g.ignoreEos = m_ignoreEos->isChecked();
-    return g;
 }
 
 void RunPage::dispatch()
@@ -619,13 +564,14 @@ void RunPage::generate()
     resetTeaching();
     m_stepping = false;
     m_newContext = true;
-    m_output->setPlainText(m_prompt->toPlainText());
+    const GenerateRequest g = generateRequest();
+    m_output->setPlainText(g.chat ? m_chat->rendered(g.prompt) : m_prompt->toPlainText());
     m_output->moveCursor(QTextCursor::End);
     m_streamed.clear();
     m_trace->clear();
     m_firstTokenAt = -1;
     m_speed->setText(tr("Prefilling the prompt…"));
-    m_controller->generate(generateRequest());
+    m_controller->generate(g);
 }
 
 void RunPage::stepOneToken()
@@ -641,12 +587,13 @@ void RunPage::stepOneToken()
     m_movedStep = -1;
     GenerateRequest g = generateRequest();
     if (m_newContext) {
-        m_output->setPlainText(g.prompt);
+        m_output->setPlainText(g.chat ? m_chat->rendered(g.prompt) : g.prompt);
         m_streamed.clear();
         m_trace->clear();
     } else {
         g.prompt = QString(); // continue the current context
         g.promptIds.clear();
+        g.chat = false;
     }
     m_controller->step(g, m_unitDelay->value());
     m_newContext = false;
@@ -659,6 +606,7 @@ void RunPage::onLoaded(const LoadedInfo& info)
     m_trace->setUnits(info.units);
     m_charts->setDispatchBytes(info.devices);
     m_hasTokenizer = info.hasTokenizer;
+    m_chat->setHasTokenizer(m_hasTokenizer);
     m_prompt->setPlaceholderText(m_hasTokenizer ? tr("Prompt (empty: the model's start token)")
                                                 : tr("This model has no tokenizer: type token ids, e.g. 1, 2, 3"));
     if (!m_hasTokenizer)

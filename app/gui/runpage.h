@@ -30,6 +30,7 @@ class QTabWidget;
 
 namespace stowage {
 
+class ChatOptions;
 class PlacementMap;
 class PlanningPage;
 class RunCharts;
@@ -53,6 +54,7 @@ public:
     TimelinePanel* timelinePanel() const { return m_timeline; }
     PlacementMap* teachingMap() const { return m_map; }
     QTabWidget* tabs() const { return m_tabs; }
+    ChatOptions* chatOptions() const { return m_chat; }
 
     // What Dispatch would send for the plan the planning page hands over
     // (PlanState); an empty map and an error when there is no plan.
@@ -140,6 +142,7 @@ private:
     QProgressBar* m_progress = nullptr;
     QLabel* m_status = nullptr;
     QPlainTextEdit* m_prompt = nullptr;
+    ChatOptions* m_chat = nullptr;
     QSpinBox* m_maxTokens = nullptr;
     QRadioButton* m_greedy = nullptr;
     QRadioButton* m_sampling = nullptr;

@@ -20,6 +20,28 @@ uint64_t directBytes(const ModuleTree& tree, const Module& m)
         b += tree.bufferBytes(tree.buffers()[static_cast<size_t>(bf)]);
     return b;
 }
+bool isRoutedExperts(const Module& m)
+{
+    const size_t dot = m.name.rfind('.');
+    return (dot == std::string::npos ? m.name : m.name.substr(dot + 1)) == "experts";
+}
+
+// Bytes of the routed experts in module i's subtree (pre-order: skip inside an experts module).
+uint64_t expertBytesIn(const ModuleTree& tree, int i)
+{
+    const auto& mods = tree.modules();
+    uint64_t b = 0;
+    for (int j = i; j < mods[static_cast<size_t>(i)].end;) {
+        const Module& m = mods[static_cast<size_t>(j)];
+        if (isRoutedExperts(m)) {
+            b += m.bytes;
+            j = m.end;
+        } else {
+            ++j;
+        }
+    }
+    return b;
+}
 } // namespace
 
 PlacementLayout layoutPlacement(const ModuleTree& tree, const ModuleDevices& devices)
@@ -36,6 +58,8 @@ PlacementLayout layoutPlacement(const ModuleTree& tree, const ModuleDevices& dev
         b.offset = out.totalBytes;
         b.deviceCode = devices.code.empty() ? NoDeviceCode : devices.code[static_cast<size_t>(module)];
         b.entry = devices.entry.empty() ? -1 : devices.entry[static_cast<size_t>(module)];
+        const Module& m = mods[static_cast<size_t>(module)];
+        b.expertBytes = direct ? (isRoutedExperts(m) ? bytes : 0) : expertBytesIn(tree, module);
         if (direct && b.deviceCode == MixedCode)
             b.deviceCode = NoDeviceCode; // its children split, its own tensors are not known here
         out.totalBytes += bytes;

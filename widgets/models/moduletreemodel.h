@@ -2,7 +2,10 @@
 // Item model over a ModuleTree: name, device, class, size, share of the
 // model, parameters. The device column carries the same colours as the
 // budget bars and the placement map; a re-plan changes only the cells of
-// modules that moved.
+// modules that moved. A parameter transformers 5.6 fuses from several stored
+// tensors (MoE experts, Param::parts) gets a row of its own after its
+// module's children, named as 5.6 names it, with one row per expert under it
+// that names the checkpoint's tensors and their bytes.
 #include "stowage/moduledevices.h"
 #include "stowage/moduletree.h"
 
@@ -47,9 +50,34 @@ public:
     static QString formatBytes(quint64 bytes);
 
 private:
+    // A fused parameter's rows: one per expert (StoredPart::index), in order.
+    struct Expert {
+        int64_t index = 0;
+        std::vector<int> parts; // into Param::parts
+        uint64_t numel = 0;
+    };
+    struct Fused {
+        int param = -1;
+        int module = -1;
+        int row = 0; // under its module, after the module's children
+        std::vector<Expert> experts;
+    };
+    enum class Kind { Module, Fused, Expert };
+    struct RowRef {
+        Kind kind = Kind::Module;
+        int module = -1; // the module, or the fused parameter's module
+        int fused = -1;  // into m_fused
+        int expert = -1; // into Fused::experts
+    };
+    RowRef refOf(const QModelIndex& index) const;
     int moduleOf(const QModelIndex& index) const;
+    int extraRows(int module) const;
+    QVariant fusedData(const RowRef& r, int column, int role) const;
+    void buildFused();
     std::shared_ptr<const ModuleTree> m_tree;
     std::vector<int> m_row; // each module's row under its parent
+    std::vector<Fused> m_fused;
+    std::vector<std::vector<int>> m_fusedOf; // per module: its fused parameters, into m_fused
     ModuleDevices m_devices;
 };
 

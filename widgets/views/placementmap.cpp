@@ -18,6 +18,7 @@ namespace {
 constexpr int kMargin = 2;
 constexpr int kStripHeight = 40;
 constexpr int kBracketGap = 4;
+constexpr int kExpertBand = 9; // the hatched band of an MoE layer's routed experts
 } // namespace
 
 PlacementMap::PlacementMap(QWidget* parent) : QWidget(parent)
@@ -109,7 +110,30 @@ QString PlacementMap::toolTipAt(const QPoint& pos) const
     const int b = blockAt(pos);
     if (b < 0 || !m_tree || !m_plan)
         return {};
-    return describeBlock(*m_tree, *m_plan, m_layout.blocks[static_cast<size_t>(b)]);
+    const PlacementBlock& block = m_layout.blocks[static_cast<size_t>(b)];
+    QString text = describeBlock(*m_tree, *m_plan, block);
+    if (block.expertBytes > 0)
+        text += QStringLiteral("\n") + expertText(block);
+    return text;
+}
+
+QString PlacementMap::expertText(const PlacementBlock& b) const
+{
+    // How many experts: the leading dimension of the first fused expert parameter.
+    int64_t experts = 0;
+    const auto& mods = m_tree->modules();
+    for (int j = b.module; j < mods[static_cast<size_t>(b.module)].end && !experts; ++j) {
+        const Module& m = mods[static_cast<size_t>(j)];
+        if (m.name.substr(m.name.rfind('.') + 1) != "experts" || m.params.empty())
+            continue; // routed experts only, as layoutPlacement counts them (not shared_experts)
+        const Param& p = m_tree->params()[static_cast<size_t>(m.params.front())];
+        if (p.shape.size() == 3)
+            experts = p.shape[0];
+    }
+    const QString count = experts > 0 ? tr("%1 routed experts").arg(experts) : tr("Routed experts");
+    return tr("%1: %2 of its %3 (%4 %, the hatched band); a token reads only the experts its router picks.")
+        .arg(count, formatBytes(b.expertBytes), formatBytes(b.bytes))
+        .arg(100.0 * double(b.expertBytes) / double(b.bytes), 0, 'f', 1);
 }
 
 QString PlacementMap::blockLabel(const PlacementBlock& b) const
@@ -144,6 +168,13 @@ void PlacementMap::paintEvent(QPaintEvent*)
         if (static_cast<int>(i) == m_hover)
             c = c.lighter(125);
         p.fillRect(r, b.deviceCode == MixedCode ? QBrush(c, Qt::Dense4Pattern) : QBrush(c));
+        if (b.expertBytes > 0 && b.bytes > 0) {
+            // An MoE layer: a hatched band along its bottom, as long as its routed experts' share.
+            const double share = double(b.expertBytes) / double(b.bytes);
+            const QRectF band(r.left(), r.bottom() - kExpertBand + 1, std::max(1.0, (r.width() - 1) * share), kExpertBand);
+            p.fillRect(band, c.lighter(135));
+            p.fillRect(band, QBrush(c.darker(160), Qt::BDiagPattern));
+        }
         if (r.width() >= 4)
             p.fillRect(QRectF(r.right() - 1, r.top(), 1, r.height()), separator);
         if (r.width() >= fm.horizontalAdvance(QStringLiteral("000")) + 4) {

@@ -5,7 +5,8 @@
 // the planner's reason; clicking selects its module (moduleActivated), and
 // setSelectedModule() outlines the blocks of a module chosen elsewhere.
 // In teaching mode (setShowsMovement) an arrow over the strip shows which
-// module's weights are moving and to which device.
+// module's weights are moving and to which device. An MoE layer carries a
+// hatched band along its bottom as long as its routed experts' share of it.
 #include "stowage/placementlayout.h"
 
 #include <QWidget>
@@ -65,6 +66,8 @@ private:
     int arrowSpace() const;
     void paintMovement(QPainter& p);
     QString blockLabel(const PlacementBlock& b) const;
+    // An MoE layer's routed experts, in words, for its tooltip.
+    QString expertText(const PlacementBlock& b) const;
 
     std::shared_ptr<const ModuleTree> m_tree;
     std::shared_ptr<const Plan> m_plan;

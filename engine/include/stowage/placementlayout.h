@@ -19,6 +19,7 @@ struct PlacementBlock {
     uint64_t offset = 0;           // bytes of all blocks before this one
     int deviceCode = NoDeviceCode; // deviceCode(), or MixedCode
     int entry = -1;                // plan entry covering it, -1 when split
+    uint64_t expertBytes = 0;      // of `bytes`, the routed experts' (modules named "experts": MoE layers)
 };
 
 // A run of consecutive blocks on one device: the brackets under the strip.
@@ -41,7 +42,10 @@ struct PlacementLayout {
 // Blocks are the leaves of the tree seen as layers: modules of a no-split
 // class (decoder blocks) and modules without children, plus a block for the
 // direct tensors of a module that also has children. Blocks without bytes
-// are left out.
+// are left out. A block's expertBytes are those of the routed experts
+// inside it: the subtrees of modules whose own name is "experts" (Mixtral's
+// block_sparse_moe.experts, Qwen3-MoE's mlp.experts; shared experts are named
+// otherwise and count as dense).
 PlacementLayout layoutPlacement(const ModuleTree& tree, const ModuleDevices& devices);
 
 } // namespace stowage

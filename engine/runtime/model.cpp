@@ -83,8 +83,10 @@ std::vector<float> Model::forward(const std::vector<int32_t>& ids, bool allPosit
                                                  std::to_string(m_impl->runner->vocabSize() - 1) + ")");
     at::Tensor t = at::tensor(ids64, at::kLong).view({1, int64_t(ids64.size())});
     at::Tensor logits;
+    const uint64_t diskBefore = m_impl->telemetry.diskReadBytes();
     try {
         logits = m_impl->runner->forward(t, m_impl->cached, m_impl->cache);
+        m_impl->telemetry.setLastPassDiskRead(m_impl->telemetry.diskReadBytes() - diskBefore);
     } catch (const c10::Error& e) {
         // A real CUDA out-of-memory while computing: name where it happened;
         // the failed step's cache entries are dropped, the model stays usable.

@@ -228,10 +228,10 @@ void TestWorker::greedyTokensEqualRun()
 
     // disk_pass_bytes: what one forward pass read from the disk-placed weights.
     // Every pass reads each of them once, as the offload folder holds them
-    // (float32 .dat files, their sizes summed here). The prefetcher reads the
-    // next pass's first disk unit ahead while a pass ends (here
-    // transformer.wpe: 16 positions x 32 x 4 bytes = 2048), which lands in
-    // one pass or the next: a pass reads the folder give or take that unit.
+    // (float32 .dat files, their sizes summed here). A pass counts from its
+    // start to the next pass's; the prefetcher reads the next pass's first
+    // disk unit ahead as a pass ends (here transformer.wpe: 16 positions x 32
+    // x 4 bytes = 2048), in one span or the next: the folder give or take it.
     // 24 tokens took 24 passes (the prompt's and 23 more: the last token is
     // chosen, never run), plus perhaps that read-ahead for a 25th.
     quint64 folderBytes = 0;

@@ -264,13 +264,13 @@ void TestTimeline::chartsRedrawOnlyWhenVisible()
     QTest::qWait(5 * RunCharts::kRedrawMs);
     QCOMPARE(charts.redraws(), settled);
     charts.setDispatchBytes({{"0", 1000, 900, "GPU 0"}, {"cpu", 500, 500, "RAM"}, {"disk", 800, 0, "disk"}});
-    // Disk weights are read in place: their empty "actual" bar is labelled as such.
+    // Disk weights are read from their files each pass: the bar says so.
     auto* axis = qobject_cast<QBarCategoryAxis*>(charts.dispatchChart()->axes(Qt::Horizontal).value(0));
     QVERIFY(axis);
     const QStringList cats = axis->categories();
     QCOMPARE(cats.size(), 3);
-    QVERIFY2(cats[2].contains("in place"), qPrintable(cats.join(" | ")));
-    QVERIFY2(!cats[1].contains("in place"), qPrintable(cats[1]));
+    QVERIFY2(cats[2].contains("per pass"), qPrintable(cats.join(" | ")));
+    QVERIFY2(!cats[1].contains("per pass"), qPrintable(cats[1]));
 }
 
 QTEST_MAIN(TestTimeline)

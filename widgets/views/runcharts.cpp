@@ -85,7 +85,7 @@ RunCharts::RunCharts(SamplesModel* model, QWidget* parent) : QWidget(parent), m_
     m_memory = makeChart(tr("Weights per device, against each device's own budget"));
     m_rss = makeChart(tr("Worker process"));
     m_traffic = makeChart(tr("Disk read and host-to-device throughput"));
-    m_dispatch = makeChart(tr("After dispatch: planned vs actual bytes"));
+    m_dispatch = makeChart(tr("After dispatch: planned vs actual"));
 
     for (auto [c, x, y] : {std::tuple{m_memory, &m_memX, &m_memY}, std::tuple{m_rss, &m_rssX, &m_rssY},
                            std::tuple{m_traffic, &m_trafX, &m_trafY}}) {
@@ -93,7 +93,7 @@ RunCharts::RunCharts(SamplesModel* model, QWidget* parent) : QWidget(parent), m_
         *y = valueAxis(c, Qt::AlignLeft);
         (*x)->setTitleText(tr("seconds since dispatch"));
     }
-    m_memY->setTitleText(tr("% of the device's budget"));
+    m_memY->setTitleText(tr("% of own budget"));
     m_rss->legend()->hide();
     for (QScatterSeries** s : {&m_memTokens, &m_trafTokens}) {
         *s = new QScatterSeries;
@@ -105,11 +105,13 @@ RunCharts::RunCharts(SamplesModel* model, QWidget* parent) : QWidget(parent), m_
     m_memory->addSeries(m_memTokens);
     m_memTokens->attachAxis(m_memX);
     m_memTokens->attachAxis(m_memY);
+    for (QLegendMarker* marker : m_memory->legend()->markers(m_memTokens))
+        marker->setVisible(false); // the throughput chart's legend names the markers
     m_traffic->addSeries(m_trafTokens);
     m_trafTokens->attachAxis(m_trafX);
     m_trafTokens->attachAxis(m_trafY);
     m_budgetLine = new QLineSeries;
-    m_budgetLine->setName(tr("budget (each device's own)"));
+    m_budgetLine->setName(tr("budget (100%)"));
     m_memory->addSeries(m_budgetLine);
     m_budgetLine->attachAxis(m_memX);
     m_budgetLine->attachAxis(m_memY);
@@ -120,6 +122,9 @@ RunCharts::RunCharts(SamplesModel* model, QWidget* parent) : QWidget(parent), m_
     m_bars = new QBarSeries;
     m_dispatch->addSeries(m_bars);
     m_dispX = new QBarCategoryAxis;
+    QFont small = m_dispX->labelsFont();
+    small.setPointSizeF(small.pointSizeF() * 0.85);
+    m_dispX->setLabelsFont(small);
     m_dispatch->addAxis(m_dispX, Qt::AlignBottom);
     m_dispY = valueAxis(m_dispatch, Qt::AlignLeft);
     m_bars->attachAxis(m_dispX);
@@ -134,12 +139,17 @@ RunCharts::RunCharts(SamplesModel* model, QWidget* parent) : QWidget(parent), m_
         v->setMinimumSize(200, 170);
         m_views << v;
     }
-    grid->addWidget(m_views[0], 0, 0);
-    grid->addWidget(m_views[1], 0, 1);
-    grid->addWidget(m_views[2], 1, 0);
-    grid->addWidget(m_views[3], 1, 1);
-    grid->setColumnStretch(0, 3);
-    grid->setColumnStretch(1, 2);
+    // Memory across the top (its legend names each device's bytes), then the
+    // resident set, the throughput and the bars side by side.
+    grid->addWidget(m_views[0], 0, 0, 1, 3);
+    grid->addWidget(m_views[1], 1, 0);
+    grid->addWidget(m_views[2], 1, 1);
+    grid->addWidget(m_views[3], 1, 2);
+    grid->setColumnStretch(0, 2);
+    grid->setColumnStretch(1, 3);
+    grid->setColumnStretch(2, 3);
+    m_dispatch->legend()->setAlignment(Qt::AlignBottom); // the bars keep the width
+    m_traffic->legend()->setAlignment(Qt::AlignBottom);
     applyPalette();
 
     auto dirty = [this] { m_dirty = true; };
@@ -279,7 +289,7 @@ void RunCharts::rebuildDispatch()
     for (const DeviceBytes& d : m_devices) {
         QString label = labelOf(d.device);
         if (isDisk(d.device))
-            label += QStringLiteral("<br>") + tr("read in place per pass");
+            label += QStringLiteral("<br>") + tr("per pass");
         categories << label;
         *planned << double(d.planned) / unit;
         *m_actual << double(actualOf(d)) / unit;
@@ -318,7 +328,7 @@ void RunCharts::refresh()
         QLineSeries* s = seriesFor(column);
         // 100% is the device's own budget; without one, what the plan put there, else its peak.
         double whole = double(m_model->budgetOf(d));
-        QString of = tr("of its %1 budget").arg(formatBytes(quint64(whole)));
+        QString of = tr("of %1").arg(formatBytes(quint64(whole)));
         if (!(whole > 0))
             for (const DeviceBytes& b : m_devices)
                 if (b.device == d && b.planned > 0) {
@@ -360,7 +370,7 @@ void RunCharts::refresh()
     plotBytes({SamplesModel::RssColumn}, m_rssY, tr(", resident set"));
     plotBytes({SamplesModel::DiskRateColumn, SamplesModel::H2dRateColumn}, m_trafY, tr("/s"));
     const quint64 rss = rows ? quint64(m_model->value(rows - 1, SamplesModel::RssColumn)) : 0;
-    m_rss->setTitle(rows ? tr("Worker process: %1 resident").arg(formatBytes(rss)) : tr("Worker process"));
+    m_rss->setTitle(rows ? tr("Worker process: %1").arg(formatBytes(rss)) : tr("Worker process"));
 
     QVector<QPointF> marks;
     double lastX = -1;

@@ -85,7 +85,7 @@ void TestTimeline::samplesRatesAndColumns()
     QCOMPARE(m.value(2, SamplesModel::H2dRateColumn), 0.0); // nothing copied since
     m.setDeviceLabel("1", "GPU 1 (simulated)");
     QCOMPARE(m.headerData(m.columnOfDevice("1"), Qt::Horizontal).toString(), QString("GPU 1 (simulated)"));
-    QCOMPARE(m.headerData(SamplesModel::RssColumn, Qt::Horizontal).toString(), QString("RAM (resident set)"));
+    QCOMPARE(m.headerData(SamplesModel::RssColumn, Qt::Horizontal).toString(), QString("Worker process (resident set)"));
     m.clear();
     QCOMPARE(m.rowCount(), 0);
 }
@@ -256,7 +256,7 @@ void TestTimeline::chartsRedrawOnlyWhenVisible()
     QVERIFY(QTest::qWaitForWindowExposed(&charts));
     QTRY_VERIFY_WITH_TIMEOUT(charts.redraws() > before, 10000);
     QVERIFY(charts.memoryPointCount() > 0);
-    QVERIFY(charts.memoryPointCount() <= 2 * 50);
+    QVERIFY(charts.memoryPointCount() <= 3 * 50); // GPU 0, RAM and the resident set: one point per sample at most
     QVERIFY(charts.trafficPointCount() > 0);
     QCOMPARE(charts.tokenMarkerCount(), 1);
     // Nothing new: no redraw.
@@ -264,13 +264,13 @@ void TestTimeline::chartsRedrawOnlyWhenVisible()
     QTest::qWait(5 * RunCharts::kRedrawMs);
     QCOMPARE(charts.redraws(), settled);
     charts.setDispatchBytes({{"0", 1000, 900, "GPU 0"}, {"cpu", 500, 500, "RAM"}, {"disk", 800, 0, "disk"}});
-    // Disk weights are read in place: their empty "actual" bar is labelled as such.
+    // Disk weights are read from their files each pass: the bar says so.
     auto* axis = qobject_cast<QBarCategoryAxis*>(charts.dispatchChart()->axes(Qt::Horizontal).value(0));
     QVERIFY(axis);
     const QStringList cats = axis->categories();
     QCOMPARE(cats.size(), 3);
-    QVERIFY2(cats[2].contains("in place"), qPrintable(cats.join(" | ")));
-    QVERIFY2(!cats[1].contains("in place"), qPrintable(cats[1]));
+    QVERIFY2(cats[2].contains("per pass"), qPrintable(cats.join(" | ")));
+    QVERIFY2(!cats[1].contains("per pass"), qPrintable(cats[1]));
 }
 
 QTEST_MAIN(TestTimeline)

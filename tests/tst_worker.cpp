@@ -225,6 +225,30 @@ void TestWorker::greedyTokensEqualRun()
         if (h.events[size_t(i)].value("event").toString() == "token")
             streamed.push_back(h.events[size_t(i)].value("token").toInt());
     QCOMPARE(streamed, expected);
+
+    // disk_pass_bytes: what one forward pass read from the disk-placed weights.
+    // Every pass reads each of them once, as the offload folder holds them
+    // (float32 .dat files, their sizes summed here). A pass counts from its
+    // start to the next pass's; the prefetcher reads the next pass's first
+    // disk unit ahead as a pass ends (here transformer.wpe: 16 positions x 32
+    // x 4 bytes = 2048), in one span or the next: the folder give or take it.
+    // 24 tokens took 24 passes (the prompt's and 23 more: the last token is
+    // chosen, never run), plus perhaps that read-ahead for a 25th.
+    quint64 folderBytes = 0;
+    for (const auto& e : fs::directory_iterator(off.toStdString()))
+        if (e.path().extension() == ".dat")
+            folderBytes += quint64(e.file_size());
+    QVERIFY(folderBytes > 0);
+    const quint64 wpe = 16 * 32 * 4;
+    const int after = h.waitFor("sample", done);
+    QVERIFY(after >= 0);
+    const quint64 perPass = quint64(h.events[size_t(after)].value("disk_pass_bytes").toDouble());
+    QVERIFY2(perPass + wpe >= folderBytes && perPass <= folderBytes + wpe,
+             qPrintable(QString("%1 per pass, the folder holds %2").arg(perPass).arg(folderBytes)));
+    const quint64 total =
+        quint64(h.events[size_t(done)].value("traffic").toObject().value("disk_read_bytes").toDouble());
+    QVERIFY2(total >= 24 * folderBytes && total <= 24 * folderBytes + wpe,
+             qPrintable(QString("%1 in all, the folder holds %2").arg(total).arg(folderBytes)));
     h.client.shutdown();
     QTRY_VERIFY_WITH_TIMEOUT(h.ended, 30000);
     QCOMPARE(h.endedStatus, QProcess::NormalExit);
@@ -635,6 +659,8 @@ void TestWorker::everyCommandAndEventThroughBothEnds()
         } else if (const auto* s = std::get_if<RunSample>(&d->event)) {
             QVERIFY(s->t >= 0);
             QVERIFY(s->rssBytes > 0);
+            QCOMPARE(s->diskPassBytes, quint64(e.value("disk_pass_bytes").toDouble())); // decoded, and always sent
+            QVERIFY(e.contains("disk_pass_bytes"));
         } else if (const auto* done = std::get_if<DoneInfo>(&d->event)) {
             QVERIFY(done->tokenIds.size() >= 1);
         } else if (const auto* err = std::get_if<worker::Error>(&d->event)) {

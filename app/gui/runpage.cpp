@@ -11,6 +11,7 @@
 #include "snippets.h"
 #include "stowage/moduledevices.h"
 #include "stowage/placementlayout.h"
+#include "themecolors.h"
 #include "timelinepanel.h"
 #include "tracemodel.h"
 
@@ -48,7 +49,10 @@ QString deviceText(const QString& device)
     return d ? deviceLabel(*d) : device;
 }
 
-const char* kCaptionStyle = "QLabel { padding: 6px; border-radius: 3px; background: %1; color: #101010; }";
+QString captionStyle(const QWidget* w, const QString& tint) // the tint and text follow the palette (themecolors.h)
+{
+    return QStringLiteral("QLabel { padding: 6px; border-radius: 3px; %1 }").arg(tintStyle(w->palette(), QColor(tint)));
+}
 } // namespace
 
 RunPage::RunPage(PlanningPage* planning, const QString& program, QWidget* parent)
@@ -92,7 +96,7 @@ RunPage::RunPage(PlanningPage* planning, const QString& program, QWidget* parent
     m_caption = new QLabel(tr("Dispatch the map, then generate, or step one token in slow motion to see each stage."), mapBox);
     m_caption->setObjectName("teachingCaption");
     m_caption->setWordWrap(true);
-    m_caption->setStyleSheet(QString::fromLatin1(kCaptionStyle).arg(QStringLiteral("#eef1f5")));
+    m_caption->setStyleSheet(captionStyle(this, QStringLiteral("#eef1f5")));
     mapLayout->addWidget(m_map);
     mapLayout->addWidget(m_caption);
     right->addWidget(mapBox);
@@ -431,7 +435,7 @@ void RunPage::resetTeaching()
     m_moved.clear();
     m_movedStep = -1;
     m_caption->setText(tr("Dispatch the map, then generate, or step one token in slow motion to see each stage."));
-    m_caption->setStyleSheet(QString::fromLatin1(kCaptionStyle).arg(QStringLiteral("#eef1f5")));
+    m_caption->setStyleSheet(captionStyle(this, QStringLiteral("#eef1f5")));
 }
 
 void RunPage::showPreview()
@@ -711,7 +715,7 @@ void RunPage::showCaption(const TraceSpan& s)
         break;
     }
     m_caption->setText(tr("Step %1 · ").arg(s.step) + text);
-    m_caption->setStyleSheet(QString::fromLatin1(kCaptionStyle).arg(colour));
+    m_caption->setStyleSheet(captionStyle(this, colour));
 }
 
 void RunPage::onDone(const DoneInfo& d)

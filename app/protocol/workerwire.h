@@ -121,6 +121,7 @@ inline constexpr const char* Resident = "resident";
 inline constexpr const char* CudaAllocated = "cuda_allocated";
 inline constexpr const char* H2dBytes = "h2d_bytes";
 inline constexpr const char* DiskReadBytes = "disk_read_bytes"; // also in `done`'s traffic
+inline constexpr const char* DiskPassBytes = "disk_pass_bytes"; // read from disk by the last complete pass
 inline constexpr const char* RssBytes = "rss_bytes";            // also on `unloaded`
 inline constexpr const char* Missed = "missed";                 // also on `trace`
 // trace

@@ -87,6 +87,7 @@ WorkerEvent sample(const QJsonObject& e)
     s.rssBytes = bytes(e.value(f::RssBytes));
     s.h2dBytes = bytes(e.value(f::H2dBytes));
     s.diskReadBytes = bytes(e.value(f::DiskReadBytes));
+    s.diskPassBytes = bytes(e.value(f::DiskPassBytes));
     return s;
 }
 

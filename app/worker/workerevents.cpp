@@ -129,6 +129,7 @@ ojson sampleEvent(const MemorySample& s, uint64_t missed)
     }
     e[f::H2dBytes] = s.h2dBytes;
     e[f::DiskReadBytes] = s.diskReadBytes;
+    e[f::DiskPassBytes] = s.diskReadLastPass;
     e[f::RssBytes] = s.rssBytes;
     if (missed)
         e[f::Missed] = missed;

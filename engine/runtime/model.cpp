@@ -15,6 +15,20 @@ struct Model::Impl {
     std::shared_ptr<Telemetry> telemetryPtr;
     Telemetry& telemetry;
     explicit Impl(std::shared_ptr<Telemetry> t) : telemetryPtr(std::move(t)), telemetry(*telemetryPtr) {}
+    // Passes tile the time from one pass's start to the next's: the disk
+    // bytes read in that span are the pass's (read ahead for the next pass
+    // included, its own read ahead in the span before), none lost between.
+    // A generation's last span stays open: it holds read-ahead for a pass
+    // that may never run; the next pass closes it.
+    uint64_t passStart = 0;
+    bool passOpen = false;
+    void beginPass()
+    {
+        if (passOpen)
+            telemetry.setLastPassDiskRead(telemetry.diskReadBytes() - passStart);
+        passStart = telemetry.diskReadBytes();
+        passOpen = true;
+    }
     std::string modelType;
     std::unique_ptr<WeightStore> store;
     std::unique_ptr<arch::Runner> runner;
@@ -90,6 +104,7 @@ std::vector<float> Model::forward(const std::vector<int32_t>& ids, bool allPosit
                                                  std::to_string(m_impl->runner->vocabSize() - 1) + ")");
     at::Tensor t = at::tensor(ids64, at::kLong).view({1, int64_t(ids64.size())});
     at::Tensor logits;
+    m_impl->beginPass();
     try {
         logits = m_impl->runner->forward(t, m_impl->cached, m_impl->cache);
     } catch (const c10::Error& e) {

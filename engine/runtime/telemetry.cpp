@@ -172,6 +172,7 @@ void Telemetry::sample()
     s.t = now();
     s.h2dBytes = m_h2d;
     s.diskReadBytes = m_disk;
+    s.diskReadLastPass = m_diskPass;
     s.rssBytes = processRssBytes();
     std::function<std::map<std::string, uint64_t>()> probe;
     {

@@ -437,7 +437,8 @@ void WeightStore::fetchSlot(Unit& u, size_t i, TraceKind copyKind)
             m_options.policy != ExecutionPolicy::AccelerateLike && toTorch(s.srcDType) == m_weightDType) {
             readAhead(s.src, uint64_t(src.nbytes()));
             u.fetched[i] = src;
-            m_telemetry.event({t0, m_telemetry.now(), TraceKind::Map, u.name, s.name, u.device->label(), 0});
+            m_telemetry.event({t0, m_telemetry.now(), TraceKind::Map, u.name, s.name, u.device->label(),
+                               uint64_t(src.nbytes())}); // the bytes read in place
             return;
         }
         m_telemetry.allocate(u.device->label(), s.bytes, s.name);

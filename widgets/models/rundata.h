@@ -18,10 +18,11 @@ struct RunSample {
     quint64 rssBytes = 0;
     quint64 h2dBytes = 0;
     quint64 diskReadBytes = 0;
+    quint64 diskPassBytes = 0; // read from disk-placed weights by the last complete forward pass
     bool operator==(const RunSample& o) const
     {
         return t == o.t && resident == o.resident && rssBytes == o.rssBytes && h2dBytes == o.h2dBytes &&
-               diskReadBytes == o.diskReadBytes;
+               diskReadBytes == o.diskReadBytes && diskPassBytes == o.diskPassBytes;
     }
 };
 

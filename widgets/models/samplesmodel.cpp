@@ -39,6 +39,7 @@ void SamplesModel::clear()
     m_stride = 1;
     m_seen = 0;
     m_hasPrev = false;
+    m_diskPass = 0;
     endResetModel();
 }
 
@@ -56,6 +57,14 @@ void SamplesModel::setDeviceLabel(const QString& device, const QString& label)
 }
 
 void SamplesModel::setBudgets(const QVector<std::pair<QString, quint64>>& budgets) { m_budgets = budgets; }
+
+quint64 SamplesModel::budgetOf(const QString& device) const
+{
+    for (const auto& [d, bytes] : m_budgets)
+        if (d == device)
+            return bytes;
+    return 0;
+}
 
 void SamplesModel::addToken(double t)
 {
@@ -89,6 +98,7 @@ void SamplesModel::compact()
 void SamplesModel::addSample(const RunSample& s)
 {
     ++m_seen;
+    m_diskPass = s.diskPassBytes;
     // New devices become new columns (GPU 1 may first appear mid-load).
     for (const auto& [device, bytes] : s.resident) {
         if (m_devices.contains(device))
@@ -179,7 +189,7 @@ QString SamplesModel::seriesName(int column) const
 {
     switch (column) {
     case TimeColumn: return tr("Time");
-    case RssColumn: return tr("RAM (resident set)");
+    case RssColumn: return tr("Worker process (resident set)");
     case DiskRateColumn: return tr("Disk read");
     case H2dRateColumn: return tr("Host to device");
     default: break;

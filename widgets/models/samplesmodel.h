@@ -1,6 +1,6 @@
 #pragma once
 // The worker's memory and traffic samples as a table: one row per sample
-// (time, RAM resident set, disk-read and host-to-device rates, then the
+// (time, the worker process's resident set, disk-read and host-to-device rates, then the
 // bytes each device holds), bounded for sessions of any length. When the
 // rows reach the capacity, pairs of neighbours merge into one (each value
 // the larger of the two: a peak never disappears) and later samples are
@@ -38,6 +38,10 @@ public:
     // Budgets to draw as lines: device name -> bytes.
     void setBudgets(const QVector<std::pair<QString, quint64>>& budgets);
     const QVector<std::pair<QString, quint64>>& budgets() const { return m_budgets; }
+    quint64 budgetOf(const QString& device) const; // 0 when none was set
+    // What the last complete forward pass read from disk-placed weights, as
+    // the newest sample says (0 before the first pass).
+    quint64 diskPassBytes() const { return m_diskPass; }
     // "GPU 0 (simulated)" instead of "GPU 0", for example.
     void setDeviceLabel(const QString& device, const QString& label);
 
@@ -73,6 +77,7 @@ private:
     QHash<QString, QString> m_labels;
     QVector<double> m_tokens;
     QVector<std::pair<QString, quint64>> m_budgets;
+    quint64 m_diskPass = 0;
     // The previous raw sample's counters, for the rates.
     bool m_hasPrev = false;
     RunSample m_prev;

@@ -2,6 +2,7 @@
 
 #include "budgetmodel.h"
 #include "display.h"
+#include "themecolors.h"
 
 #include <QHelpEvent>
 #include <QKeyEvent>
@@ -115,10 +116,14 @@ void BudgetBar::paintEvent(QPaintEvent*)
     // The handle.
     const double hx = xf(budget);
     const QRectF knob(hx - 4.5, t.top() - 2, 9, t.height() + 4);
-    p.setPen(QPen(hasFocus() ? pal.color(QPalette::Highlight) : pal.color(QPalette::Dark), hasFocus() ? 2 : 1));
-    p.setBrush(m_dragging ? pal.color(QPalette::Highlight) : pal.color(QPalette::Button));
+    // Under a dark palette Button and Dark vanish into the track: a light knob, outlined in the text colour.
+    const bool dark = isDarkPalette(pal);
+    const QColor knobFill = dark ? mixColors(pal.color(QPalette::Button), pal.color(QPalette::Text), 0.7) : pal.color(QPalette::Button);
+    const QColor knobEdge = dark ? pal.color(QPalette::Text) : pal.color(QPalette::Dark);
+    p.setPen(QPen(hasFocus() ? pal.color(QPalette::Highlight) : knobEdge, hasFocus() ? 2 : 1));
+    p.setBrush(m_dragging ? pal.color(QPalette::Highlight) : knobFill);
     p.drawRoundedRect(knob, 3, 3);
-    p.setPen(QPen(pal.color(m_dragging ? QPalette::HighlightedText : QPalette::ButtonText), 1));
+    p.setPen(QPen(m_dragging ? pal.color(QPalette::HighlightedText) : dark ? pal.color(QPalette::Base) : pal.color(QPalette::ButtonText), 1));
     p.drawLine(QPointF(hx, knob.top() + 5), QPointF(hx, knob.bottom() - 5));
 
     // The caption under the bar; while dragging, the budget leads it.

@@ -1,5 +1,7 @@
 #include "timelinedelegate.h"
 
+#include "themecolors.h"
+
 #include "display.h"
 #include "tracemodel.h"
 
@@ -118,7 +120,7 @@ void TimelineDelegate::paint(QPainter* p, const QStyleOptionViewItem& option, co
         const int lane = s.kind == TraceSpan::Compute ? 1 : 0;
         if (s.kind == TraceSpan::Release) {
             // A release is an instant: a thin tick at its start.
-            p->fillRect(QRectF(r.left(), r.top(), 1, r.height()), spanColor(s));
+            p->fillRect(QRectF(r.left(), r.top(), 1, r.height()), markOn(option.palette, spanColor(s)));
             continue;
         }
         if (r.right() <= lastRight[lane] && !row.critical.value(i))
@@ -131,7 +133,7 @@ void TimelineDelegate::paint(QPainter* p, const QStyleOptionViewItem& option, co
         if (row.critical.value(i))
             critical.push_back(r);
     }
-    p->setPen(QPen(QColor(0xb00020), 1.5));
+    p->setPen(QPen(markOn(option.palette, QColor(0xb00020)), 1.5));
     p->setBrush(Qt::NoBrush);
     for (const QRectF& r : critical)
         p->drawRect(r.adjusted(0.5, 0.5, -0.5, -0.5));

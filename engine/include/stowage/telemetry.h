@@ -27,7 +27,11 @@ struct MemorySample {
     // Real CUDA allocations per GPU, where LibTorch has CUDA (else empty).
     std::map<std::string, uint64_t> cudaAllocatedBytes;
     uint64_t h2dBytes = 0, diskReadBytes = 0; // cumulative since the start
-    uint64_t rssBytes = 0;                    // resident set of this process
+    // Bytes the last complete forward pass read from disk-placed weights (in
+    // place from the mapping, or to copy them): what "disk" holds per token.
+    // 0 until a pass completes.
+    uint64_t diskReadLastPass = 0;
+    uint64_t rssBytes = 0; // resident set of this process
 };
 
 // fetch: an offloaded weight copied to the unit's device before it runs;
@@ -73,6 +77,9 @@ public:
     std::optional<uint64_t> headroom(const std::string& device) const;
     void addH2D(uint64_t bytes) { m_h2d += bytes; }
     void addDiskRead(uint64_t bytes) { m_disk += bytes; }
+    // What one complete forward pass read from disk (Model::forward sets it).
+    void setLastPassDiskRead(uint64_t bytes) { m_diskPass = bytes; }
+    uint64_t lastPassDiskRead() const { return m_diskPass; }
     // The step that events recorded from now on belong to.
     void setStep(int64_t step) { m_step = step; }
     int64_t step() const { return m_step; }
@@ -113,7 +120,7 @@ private:
     std::chrono::steady_clock::time_point m_start;
     mutable std::mutex m_mutex;
     std::map<std::string, uint64_t> m_resident, m_peak, m_limit;
-    std::atomic<uint64_t> m_h2d{0}, m_disk{0};
+    std::atomic<uint64_t> m_h2d{0}, m_disk{0}, m_diskPass{0};
     std::atomic<int64_t> m_step{-1};
     Ring<MemorySample> m_samples;
     Ring<TraceEvent> m_trace;

@@ -205,7 +205,8 @@ void TestGui::dragChangesBudgetAndPlan()
     QTest::mouseMove(bar, QPoint(bar->width() / 2, y));
     const quint64 half = m->at(row).budget;
     QVERIFY2(half > 400 * 1024 && half < 600 * 1024, qPrintable(QString::number(half)));
-    QCOMPARE(half % (BudgetModel::step(1 * MiB, false)), quint64(0)); // snapped to coarse steps
+    // The middle of a 1 MiB bar (knee 1 MiB): (sqrt(2) - 1) MiB = 434,334, snapped to 32 KiB = 416 KiB.
+    QCOMPARE(half, quint64(425984));
     QTest::mouseRelease(bar, Qt::LeftButton, {}, QPoint(bar->width() - 1, y));
     QCOMPARE(m->at(row).budget, 1 * MiB);
     QCOMPARE(w.planningPage()->plan()->deviceMap.front().second, Device::gpu(0));
@@ -221,28 +222,33 @@ void TestGui::keysChangeBudget()
     BudgetBar* bar = w.planningPage()->budgetBars()->bar(row);
     bar->setFocus();
     m->setBudget(row, 512 * 1024);
-    const quint64 step = BudgetModel::step(1 * MiB, false);
-    QCOMPARE(step, quint64(16 * 1024)); // 1 MiB / 40 = 25.6 KiB -> 16 KiB
+    // Arrows move 1/40 of the bar (position log2(1 + b / 1 MiB)), snapped to 32 KiB:
+    // 512 KiB sits at 0.58496; -0.025 -> 497,165 -> 480 KiB; +0.025 twice -> 512 KiB, 544 KiB.
     QTest::keyClick(bar, Qt::Key_Left);
-    QCOMPARE(m->at(row).budget, 512 * 1024 - step);
+    QCOMPARE(m->at(row).budget, quint64(480 * 1024));
     QTest::keyClick(bar, Qt::Key_Right);
+    QCOMPARE(m->at(row).budget, quint64(512 * 1024));
     QTest::keyClick(bar, Qt::Key_Right);
-    QCOMPARE(m->at(row).budget, 512 * 1024 + step);
+    QCOMPARE(m->at(row).budget, quint64(544 * 1024));
     QTest::keyClick(bar, Qt::Key_Home);
     QCOMPARE(m->at(row).budget, quint64(0));
     QCOMPARE(w.planningPage()->plan()->deviceMap.front().second, Device::cpu());
     QTest::keyClick(bar, Qt::Key_End);
     QCOMPARE(m->at(row).budget, 1 * MiB); // the GPU's memory
     QCOMPARE(w.planningPage()->plan()->deviceMap.front().second, Device::gpu(0));
-    // On a big CPU bar the steps are coarse, with Shift fine, and Page moves ten.
+    // On the 64 GiB CPU bar (knee 6.87 MB) a page is an eighth of the bar: 32 GiB sits at
+    // ln(5001) / ln(10001) = 0.92475; -0.125 -> 10.0 GiB (step 256 MiB). Shift+Right, 1/400:
+    // (10 GiB + k) x e^(9.21044 / 400) - k = 10,485 MiB, snapped to the fine 16 MiB step -> 10,480 MiB.
     const int cpu = m->rowOf(Device::cpu());
     BudgetBar* cbar = w.planningPage()->budgetBars()->bar(cpu);
     m->setBudget(cpu, 32ull << 30);
+    QCOMPARE(m->data(m->index(cpu, 0), BudgetModel::ScaleRole).value<quint64>(), 64ull << 30);
     QTest::keyClick(cbar, Qt::Key_PageDown);
-    QCOMPARE(m->at(cpu).budget, (32ull << 30) - 10 * BudgetModel::step(64ull << 30, false));
+    QCOMPARE(m->at(cpu).budget, 10ull << 30);
     const quint64 b = m->at(cpu).budget;
     QTest::keyClick(cbar, Qt::Key_Right, Qt::ShiftModifier);
-    QCOMPARE(m->at(cpu).budget, b + BudgetModel::step(64ull << 30, true));
+    QCOMPARE(b, 10ull << 30);
+    QCOMPARE(m->at(cpu).budget, 10480 * MiB);
     expectPlanMatchesEngine(w);
 }
 

@@ -318,7 +318,13 @@ bool PlanningPage::importMap(const QString& json, const QString& source)
         return false;
     }
     setError({});
-    const MapCheck check = validateDeviceMap(*m_tree, map);
+    MapCheck check = validateDeviceMap(*m_tree, map);
+    // And against the devices on this page: a GPU the page has not, a device past its budget.
+    const MapCheck fits = checkDeviceMapFits(*m_tree, map, m_budgets->budgets());
+    check.errors.insert(check.errors.end(), fits.errors.begin(), fits.errors.end());
+    check.errorSubjects.insert(check.errorSubjects.end(), fits.errorSubjects.begin(), fits.errorSubjects.end());
+    check.warnings.insert(check.warnings.end(), fits.warnings.begin(), fits.warnings.end());
+    check.warningSubjects.insert(check.warningSubjects.end(), fits.warningSubjects.begin(), fits.warningSubjects.end());
 
     // Sizes per entry and per device, as the planner reports them.
     Plan plan = planFromDeviceMap(*m_tree, map, "imported from " + source.toStdString());
@@ -332,7 +338,7 @@ bool PlanningPage::importMap(const QString& json, const QString& source)
         const QString key = isKey ? QString::fromStdString(subject) : QString();
         const QString text = QString::fromStdString(msg);
         if (!key.isEmpty())
-            byKey.insert(key, text);
+            byKey.insert(key, byKey.contains(key) ? byKey.value(key) + QStringLiteral("; ") + text : text);
         auto* item = new QListWidgetItem((error ? QStringLiteral("✖ ") : QStringLiteral("⚠ ")) +
                                          (key.isEmpty() ? text : key + QStringLiteral(": ") + text));
         item->setData(Qt::UserRole, key);

@@ -39,6 +39,7 @@ private:
     quint64 scale() const;
     void dragTo(int x, bool fine);
     QString toolTipText() const;
+    void keepToolTipInWindow(const QPoint& cursor) const;
 
     QPointer<BudgetModel> m_model;
     int m_row = 0;

@@ -26,6 +26,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 
 using namespace stowage;
 
@@ -65,6 +66,7 @@ private slots:
     void predictionModel();
     void hubCacheListsFakeCache();
     void hubCacheSnapshotIsTheOneOpenReads();
+    void hubCacheLinkedBlobsListAndOpenAgree();
     void snippets();
 };
 
@@ -408,6 +410,85 @@ void TestModels::hubCacheListsFakeCache()
     qputenv("HF_HUB_CACHE", root.toUtf8());
     QCOMPARE(QString::fromStdString(hubCacheRoots().front()), QDir::cleanPath(root));
     qunsetenv("HF_HUB_CACHE");
+}
+
+void TestModels::hubCacheLinkedBlobsListAndOpenAgree()
+{
+    namespace fs = std::filesystem;
+    const std::string root = m_tmp.path().toStdString() + "/hub-linked";
+    const std::string store = m_tmp.path().toStdString() + "/bigdisk"; // where the blobs were moved
+    fs::create_directories(store);
+    const fixtures::Gpt2Shape shape{97, 16, 8, 2};
+    const auto tensors = fixtures::gpt2Tensors(shape, DType::F32);
+    fixtures::writeSharded(store, tensors, 2, false); // model-0000{1,2}-of-00002.safetensors + the index
+    fixtures::writeJson(store + "/config.json", fixtures::gpt2Config(shape, DType::F32));
+    const uint64_t shard1 = fs::file_size(store + "/model-00001-of-00002.safetensors");
+    const uint64_t shard2 = fs::file_size(store + "/model-00002-of-00002.safetensors");
+    // A real cache's layout: snapshots/<rev>/<file> -> ../../blobs/<sha>; here blobs/<sha> are links to
+    // the other disk, except the small index and config, which stay real files.
+    auto entryWith = [&](const std::string& name, bool viaBlobs) {
+        const std::string e = root + "/models--acme--" + name;
+        fs::create_directories(e + "/blobs");
+        fs::create_directories(e + "/refs");
+        fs::create_directories(e + "/snapshots/rev1");
+        std::ofstream(e + "/refs/main") << "rev1";
+        fs::copy_file(store + "/config.json", e + "/blobs/c0nf");
+        fs::copy_file(store + "/model.safetensors.index.json", e + "/blobs/1dx");
+        fs::create_symlink("../../blobs/c0nf", e + "/snapshots/rev1/config.json");
+        fs::create_symlink("../../blobs/1dx", e + "/snapshots/rev1/model.safetensors.index.json");
+        for (const char* shard : {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}) {
+            const std::string sha = std::string("sha-") + shard;
+            if (viaBlobs) {
+                fs::create_symlink(store + "/" + shard, e + "/blobs/" + sha);
+                fs::create_symlink("../../blobs/" + sha, e + "/snapshots/rev1/" + shard);
+            } else {
+                fs::create_symlink(store + "/" + shard, e + "/snapshots/rev1/" + shard); // straight out
+            }
+        }
+        return e;
+    };
+    const std::string moved = entryWith("moved", true);
+    const std::string escaping = entryWith("escaping", false);
+    const uint64_t smallFiles = fs::file_size(store + "/config.json") + fs::file_size(store + "/model.safetensors.index.json");
+
+    HubCacheModel model;
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    model.setEntries(scanHubCache(root));
+    QCOMPARE(model.rowCount(), 2);
+    // acme/escaping: its shards lead out of the entry, not through blobs/: neither counted nor opened.
+    const HubCacheEntry& out = model.entries()[0];
+    QCOMPARE(out.repoId, std::string("acme/escaping"));
+    QCOMPARE(out.weights, HubCacheEntry::Weights::IndexOnly);
+    QCOMPARE(out.diskBytes, smallFiles);
+    QCOMPARE(out.linkedBytes, uint64_t(0));
+    QVERIFY2(QString::fromStdString(out.problem).contains("model-00001-of-00002.safetensors: leads outside the cache entry"),
+             out.problem.c_str());
+    QCOMPARE(model.data(model.index(0, HubCacheModel::WeightsColumn)).toString(),
+             QString("index and config only; a weights file leads outside the cache"));
+    try {
+        Checkpoint::open(escaping);
+        QFAIL("an entry whose shard leads straight out opened");
+    } catch (const InputError& e) {
+        QVERIFY2(QString(e.what()).contains("shard leads outside the checkpoint folder"), e.what());
+    }
+    // acme/moved: blobs/ links to the other disk: listed with their size, and it opens.
+    const HubCacheEntry& in = model.entries()[1];
+    QCOMPARE(in.repoId, std::string("acme/moved"));
+    QCOMPARE(in.weights, HubCacheEntry::Weights::All);
+    QCOMPARE(in.shardsPresent, 2);
+    QCOMPARE(in.problem, std::string());
+    QCOMPARE(in.diskBytes, smallFiles + shard1 + shard2);
+    QCOMPARE(in.linkedBytes, shard1 + shard2);
+    QCOMPARE(model.data(model.index(1, HubCacheModel::WeightsColumn)).toString(), QString("weights downloaded"));
+    QVERIFY(model.data(model.index(1, 0), Qt::ToolTipRole).toString().contains("in blobs linked from elsewhere"));
+    const Checkpoint ck = Checkpoint::open(moved);
+    QCOMPARE(ck.tensors().size(), tensors.size());
+    QVERIFY(!ck.indexOnly());
+    QVERIFY(ck.data(ck.tensors()[0]) != nullptr);
+    // The rule itself: through blobs/ yes, straight out no, a missing file no.
+    QVERIFY(hubEntryMayRead(moved, moved + "/snapshots/rev1/model-00001-of-00002.safetensors"));
+    QVERIFY(!hubEntryMayRead(escaping, escaping + "/snapshots/rev1/model-00001-of-00002.safetensors"));
+    QVERIFY(!hubEntryMayRead(moved, moved + "/snapshots/rev1/absent.safetensors"));
 }
 
 void TestModels::hubCacheSnapshotIsTheOneOpenReads()

@@ -22,6 +22,7 @@
 #include "stowage/checkpoint.h"
 #include "stowage/fileio.h"
 #include "stowage/planner.h"
+#include "stowage/units.h"
 
 #include <QAbstractItemModelTester>
 #include <QAction>
@@ -67,6 +68,7 @@ private slots:
     void placementHoverAndSelectionSync();
     void importExportThroughActionsIsIdentity();
     void importListsProblemsByModule();
+    void importNamesMissingGpuAndOverBudget();
     void snippetsCopied();
     void predictionNamesAssumedHardware();
     void hubCacheDialogListsAndOpens();
@@ -372,6 +374,37 @@ void TestGui::importListsProblemsByModule()
     writeFileAtomically(in.toStdString(), "not json");
     QVERIFY(!w.importDeviceMap(in));
     QVERIFY(w.planningPage()->planError().contains("bad_map.json"));
+}
+
+void TestGui::importNamesMissingGpuAndOverBudget()
+{
+    MainWindow w(fixedMachine());
+    openAndSplit(w); // GPU 0 (budget: 3/4 of the model) and the CPU
+    const quint64 model = w.moduleModel()->tree()->root().bytes;
+    const QString in = m_tmp.path() + "/gpu3_map.json";
+    // wpe: 16 positions x 8 wide x 2 bytes (float16) = 256 B on a GPU this page has not; the
+    // rest, model - 256 B, on GPU 0, whose budget is 3/4 of the model.
+    writeFileAtomically(in.toStdString(), "{\"transformer.wpe\": 3, \"\": 0}\n");
+    QVERIFY(w.importDeviceMap(in));
+    QListWidget* problems = w.planningPage()->problemList();
+    QVERIFY(problems->isVisibleTo(w.planningPage()));
+    QStringList all;
+    for (int i = 0; i < problems->count(); ++i)
+        all << problems->item(i)->text();
+    QVERIFY2(all.contains(QString::fromUtf8("✖ transformer.wpe: the map puts 256 B on GPU 3, which is not one of the devices "
+                                            "(GPU 0, cpu)")),
+             qPrintable(all.join("\n")));
+    QVERIFY2(all.contains(QString::fromUtf8("⚠ the map puts %1 on GPU 0, more than its budget of %2")
+                              .arg(QString::fromStdString(humanBytes(model - 256)), QString::fromStdString(humanBytes(model * 3 / 4)))),
+             qPrintable(all.join("\n")));
+    QCOMPARE(all.size(), 2);
+    // The entry's Why cell carries it too, and the banner counts both.
+    const DeviceMapModel& m = *w.deviceMapModel();
+    QVERIFY(m.data(m.index(0, DeviceMapModel::WhyColumn)).toString().contains("not one of the devices"));
+    // A map within the budgets and devices lists nothing.
+    writeFileAtomically(in.toStdString(), "{\"\": \"cpu\"}\n");
+    QVERIFY(w.importDeviceMap(in));
+    QCOMPARE(problems->count(), 0);
 }
 
 void TestGui::snippetsCopied()

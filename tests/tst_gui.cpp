@@ -30,6 +30,7 @@
 #include <QClipboard>
 #include <QComboBox>
 #include <QFileDialog>
+#include <QHeaderView>
 #include <QLineEdit>
 #include <QLabel>
 #include <QListWidget>
@@ -75,6 +76,7 @@ private slots:
     void screenshotShowsBarsMapAndTotals();
     void demoOpensOnItsOwnBudgetsAndGivesThemBack();
     void mnemonicsAreUniqueAndTabsSwitchByKeys();
+    void tabLeavesTheMapAndColumnsFit();
 
 private:
     void open(MainWindow& w);
@@ -577,6 +579,34 @@ void TestGui::mnemonicsAreUniqueAndTabsSwitchByKeys()
     QCOMPARE(w.pages()->currentIndex(), 0);
     QTest::keyClick(QApplication::focusWidget() ? QApplication::focusWidget() : &w, Qt::Key_Tab, Qt::ControlModifier);
     QCOMPARE(w.pages()->currentIndex(), 1);
+}
+
+void TestGui::tabLeavesTheMapAndColumnsFit()
+{
+    MainWindow w(fixedMachine());
+    openAndSplit(w); // at the default 1400 x 900
+    QVERIFY(QTest::qWaitForWindowExposed(&w));
+    // Tab moves on from the device map, not from cell to cell inside it.
+    auto* map = w.findChild<QTableView*>("deviceMap");
+    QVERIFY(map && map->model()->rowCount() > 1);
+    QVERIFY(!map->tabKeyNavigation());
+    map->setFocus();
+    map->setCurrentIndex(map->model()->index(0, 0));
+    QTRY_VERIFY(map->hasFocus());
+    QTest::keyClick(map, Qt::Key_Tab);
+    QVERIFY(QApplication::focusWidget() != map);
+    // Every column of the module tree is as wide as its contents, and all fit the tree.
+    auto* tree = w.findChild<QTreeView*>("moduleTree");
+    QVERIFY(tree);
+    int total = 0;
+    for (int c = 0; c < tree->model()->columnCount(); ++c) {
+        QVERIFY2(tree->header()->sectionSize(c) >= static_cast<QAbstractItemView*>(tree)->sizeHintForColumn(c), qPrintable(QString::number(c)));
+        total += tree->header()->sectionSize(c);
+    }
+    QVERIFY2(total <= tree->viewport()->width(), qPrintable(QStringLiteral("%1 > %2").arg(total).arg(tree->viewport()->width())));
+    // The map's Why column takes its sentences' width (scrolling sideways) rather than cutting them.
+    QVERIFY(map->horizontalHeader()->sectionSize(DeviceMapModel::WhyColumn) >= static_cast<QAbstractItemView*>(map)->sizeHintForColumn(DeviceMapModel::WhyColumn));
+    QVERIFY(map->horizontalHeader()->sectionSize(DeviceMapModel::DeviceColumn) >= static_cast<QAbstractItemView*>(map)->sizeHintForColumn(DeviceMapModel::DeviceColumn));
 }
 
 QTEST_MAIN(TestGui)

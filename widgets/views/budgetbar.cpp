@@ -238,7 +238,7 @@ void BudgetBar::keepToolTipInWindow(const QPoint& cursor) const
     for (QWidget* w : QApplication::topLevelWidgets()) {
         if (w->objectName() != QLatin1String("qtooltip_label") || !w->isVisible())
             continue;
-        QRect r = w->geometry();
+        QRect r = w->frameGeometry(); // move() places the frame
         if (r.right() > win.right())
             r.moveRight(win.right());
         if (r.left() < win.left())

@@ -7,6 +7,7 @@
 #include "budgetbar.h"
 #include "budgetbarsview.h"
 #include "budgetmodel.h"
+#include "display.h"
 #include "fixtures.h"
 #include "mainwindow.h"
 #include "moduletreemodel.h"
@@ -14,6 +15,10 @@
 #include "planningpage.h"
 #include "stowage/planner.h"
 
+#include <QHelpEvent>
+#include <QLabel>
+#include <QLineEdit>
+#include <QScreen>
 #include <QSignalSpy>
 #include <QtTest>
 
@@ -28,6 +33,8 @@ class TestBudgetBars : public QObject {
     QTemporaryDir m_tmp;
 private slots:
     void dragOver405bKeepsUpWithTheMouse();
+    void smallBudgetDraggableAndImpossibleOnesSaid();
+    void toolTipStaysInTheWindow();
 };
 
 void TestBudgetBars::dragOver405bKeepsUpWithTheMouse()
@@ -100,6 +107,101 @@ void TestBudgetBars::dragOver405bKeepsUpWithTheMouse()
     const QString shot = QString::fromLocal8Bit(qgetenv("STOWAGE_SCREENSHOT_DIR"));
     if (!shot.isEmpty())
         w.grab().save(shot + "/llama405b.png");
+}
+
+namespace {
+// A CPU of 16 GiB, a disk of 100 GiB, and one simulated GPU of `gpu` bytes.
+void machine(BudgetModel& m, quint64 gpu)
+{
+    BudgetDevice cpu, disk;
+    cpu.capacity = cpu.budget = 16ull << 30;
+    disk.capacity = disk.budget = 100ull << 30;
+    m.setMachine({}, cpu, disk);
+    m.addSimulatedGpu("GPU", QString(), gpu);
+}
+} // namespace
+
+void TestBudgetBars::smallBudgetDraggableAndImpossibleOnesSaid()
+{
+    constexpr quint64 MiB = 1ull << 20;
+    BudgetModel m;
+    machine(m, 24ull << 30);
+    QWidget top;
+    top.resize(900, 300);
+    BudgetBarsView view(&m, &top);
+    view.resize(900, 300);
+    top.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&top));
+    BudgetBar* bar = view.bar(0);
+    m.setBudget(0, 3 * MiB);
+    // 3 MiB of 24 GiB: 8.7 % along the bar (ln(1 + 3 MiB / k) / ln(10001), k = 24 GiB / 10000), not a hairline.
+    const QRect t = bar->trackRect();
+    const int x3 = bar->xForBytes(3 * MiB);
+    QVERIFY2(x3 - t.left() >= int(0.08 * t.width()), qPrintable(QString::number(x3 - t.left())));
+    // Dragging there lands near 3 MiB on an exact size, written as one.
+    const int y = t.center().y();
+    QTest::mousePress(bar, Qt::LeftButton, {}, QPoint(t.left() + t.width() / 2, y));
+    QTest::mouseMove(bar, QPoint(x3, y));
+    QTest::mouseRelease(bar, Qt::LeftButton, {}, QPoint(x3, y));
+    const quint64 b = m.at(0).budget;
+    QVERIFY2(b > 2 * MiB && b < 4 * MiB, qPrintable(QString::number(b)));
+    QCOMPARE(parseSize(sizeString(b).toStdString()), b);
+    QCOMPARE(view.edit(0)->text(), sizeString(b));
+    QVERIFY(view.problemLabel(0)->isHidden());
+
+    // More than the device: said in words under the bar.
+    BudgetModel small;
+    machine(small, 8 * MiB);
+    BudgetBarsView v2(&small, &top);
+    v2.show();
+    small.setBudget(0, 20'000'000'000);
+    QVERIFY(v2.problemLabel(0)->isVisible());
+    QCOMPARE(v2.problemLabel(0)->text(), QString("The budget (18.63 GiB) is more than this simulated GPU's memory (8.00 MiB): "
+                                                 "weights planned past it cannot be loaded there."));
+    // Text that is not a size: the words say so and which budget stays.
+    small.setBudget(0, 4 * MiB);
+    QVERIFY(v2.problemLabel(0)->isHidden());
+    QLineEdit* edit = v2.edit(0);
+    edit->setFocus();
+    edit->selectAll();
+    QTest::keyClicks(edit, "abc");
+    QVERIFY(v2.problemLabel(0)->isVisible());
+    QTest::keyClick(edit, Qt::Key_Return);
+    QCOMPARE(small.at(0).budget, 4 * MiB);
+    QCOMPARE(v2.problemLabel(0)->text(),
+             QString("GPU 0: 'abc' is not a valid size (use bytes, or a number with a unit like 5GB, 5GiB or 5Gb); "
+                     "the budget stays 4.00 MiB."));
+    edit->selectAll();
+    QTest::keyClicks(edit, "2MiB");
+    QTest::keyClick(edit, Qt::Key_Return);
+    QCOMPARE(small.at(0).budget, 2 * MiB);
+    QVERIFY(v2.problemLabel(0)->isHidden());
+}
+
+void TestBudgetBars::toolTipStaysInTheWindow()
+{
+    // A window narrower than the screen, so Qt's own keep-on-screen rule leaves the tip past the window's edge.
+    BudgetModel m;
+    machine(m, 8ull << 30);
+    BudgetBarsView view(&m);
+    view.setGeometry(0, 0, 420, 200);
+    view.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&view));
+    QVERIFY(view.window()->screen()->geometry().width() > 420 + 200);
+    BudgetBar* bar = view.bar(0);
+    const QPoint local(bar->trackRect().right() - 2, bar->trackRect().center().y());
+    QHelpEvent help(QEvent::ToolTip, local, bar->mapToGlobal(local));
+    QApplication::sendEvent(bar, &help);
+    QWidget* tip = nullptr;
+    for (QWidget* w : QApplication::topLevelWidgets())
+        if (w->objectName() == QLatin1String("qtooltip_label") && w->isVisible())
+            tip = w;
+    QVERIFY(tip);
+    const QRect win(view.mapToGlobal(QPoint(0, 0)), view.size());
+    QVERIFY2(tip->frameGeometry().right() <= win.right() && tip->frameGeometry().left() >= win.left(),
+             qPrintable(QStringLiteral("tip %1..%2, window %3..%4")
+                            .arg(tip->geometry().left()).arg(tip->geometry().right()).arg(win.left()).arg(win.right())));
+    QVERIFY(tip->width() > 150); // a real tooltip, not an empty one
 }
 
 QTEST_MAIN(TestBudgetBars)

@@ -22,6 +22,7 @@
 #include "stowage/checkpoint.h"
 #include "stowage/fileio.h"
 #include "stowage/planner.h"
+#include "stowage/units.h"
 
 #include <QAbstractItemModelTester>
 #include <QAction>
@@ -29,6 +30,7 @@
 #include <QClipboard>
 #include <QComboBox>
 #include <QFileDialog>
+#include <QHeaderView>
 #include <QLineEdit>
 #include <QLabel>
 #include <QListWidget>
@@ -67,12 +69,14 @@ private slots:
     void placementHoverAndSelectionSync();
     void importExportThroughActionsIsIdentity();
     void importListsProblemsByModule();
+    void importNamesMissingGpuAndOverBudget();
     void snippetsCopied();
     void predictionNamesAssumedHardware();
     void hubCacheDialogListsAndOpens();
     void screenshotShowsBarsMapAndTotals();
     void demoOpensOnItsOwnBudgetsAndGivesThemBack();
     void mnemonicsAreUniqueAndTabsSwitchByKeys();
+    void tabLeavesTheMapAndColumnsFit();
 
 private:
     void open(MainWindow& w);
@@ -205,7 +209,8 @@ void TestGui::dragChangesBudgetAndPlan()
     QTest::mouseMove(bar, QPoint(bar->width() / 2, y));
     const quint64 half = m->at(row).budget;
     QVERIFY2(half > 400 * 1024 && half < 600 * 1024, qPrintable(QString::number(half)));
-    QCOMPARE(half % (BudgetModel::step(1 * MiB, false)), quint64(0)); // snapped to coarse steps
+    // The middle of a 1 MiB bar (knee 1 MiB): (sqrt(2) - 1) MiB = 434,334, snapped to 32 KiB = 416 KiB.
+    QCOMPARE(half, quint64(425984));
     QTest::mouseRelease(bar, Qt::LeftButton, {}, QPoint(bar->width() - 1, y));
     QCOMPARE(m->at(row).budget, 1 * MiB);
     QCOMPARE(w.planningPage()->plan()->deviceMap.front().second, Device::gpu(0));
@@ -221,28 +226,33 @@ void TestGui::keysChangeBudget()
     BudgetBar* bar = w.planningPage()->budgetBars()->bar(row);
     bar->setFocus();
     m->setBudget(row, 512 * 1024);
-    const quint64 step = BudgetModel::step(1 * MiB, false);
-    QCOMPARE(step, quint64(16 * 1024)); // 1 MiB / 40 = 25.6 KiB -> 16 KiB
+    // Arrows move 1/40 of the bar (position log2(1 + b / 1 MiB)), snapped to 32 KiB:
+    // 512 KiB sits at 0.58496; -0.025 -> 497,165 -> 480 KiB; +0.025 twice -> 512 KiB, 544 KiB.
     QTest::keyClick(bar, Qt::Key_Left);
-    QCOMPARE(m->at(row).budget, 512 * 1024 - step);
+    QCOMPARE(m->at(row).budget, quint64(480 * 1024));
     QTest::keyClick(bar, Qt::Key_Right);
+    QCOMPARE(m->at(row).budget, quint64(512 * 1024));
     QTest::keyClick(bar, Qt::Key_Right);
-    QCOMPARE(m->at(row).budget, 512 * 1024 + step);
+    QCOMPARE(m->at(row).budget, quint64(544 * 1024));
     QTest::keyClick(bar, Qt::Key_Home);
     QCOMPARE(m->at(row).budget, quint64(0));
     QCOMPARE(w.planningPage()->plan()->deviceMap.front().second, Device::cpu());
     QTest::keyClick(bar, Qt::Key_End);
     QCOMPARE(m->at(row).budget, 1 * MiB); // the GPU's memory
     QCOMPARE(w.planningPage()->plan()->deviceMap.front().second, Device::gpu(0));
-    // On a big CPU bar the steps are coarse, with Shift fine, and Page moves ten.
+    // On the 64 GiB CPU bar (knee 6.87 MB) a page is an eighth of the bar: 32 GiB sits at
+    // ln(5001) / ln(10001) = 0.92475; -0.125 -> 10.0 GiB (step 256 MiB). Shift+Right, 1/400:
+    // (10 GiB + k) x e^(9.21044 / 400) - k = 10,485 MiB, snapped to the fine 16 MiB step -> 10,480 MiB.
     const int cpu = m->rowOf(Device::cpu());
     BudgetBar* cbar = w.planningPage()->budgetBars()->bar(cpu);
     m->setBudget(cpu, 32ull << 30);
+    QCOMPARE(m->data(m->index(cpu, 0), BudgetModel::ScaleRole).value<quint64>(), 64ull << 30);
     QTest::keyClick(cbar, Qt::Key_PageDown);
-    QCOMPARE(m->at(cpu).budget, (32ull << 30) - 10 * BudgetModel::step(64ull << 30, false));
+    QCOMPARE(m->at(cpu).budget, 10ull << 30);
     const quint64 b = m->at(cpu).budget;
     QTest::keyClick(cbar, Qt::Key_Right, Qt::ShiftModifier);
-    QCOMPARE(m->at(cpu).budget, b + BudgetModel::step(64ull << 30, true));
+    QCOMPARE(b, 10ull << 30);
+    QCOMPARE(m->at(cpu).budget, 10480 * MiB);
     expectPlanMatchesEngine(w);
 }
 
@@ -366,6 +376,37 @@ void TestGui::importListsProblemsByModule()
     writeFileAtomically(in.toStdString(), "not json");
     QVERIFY(!w.importDeviceMap(in));
     QVERIFY(w.planningPage()->planError().contains("bad_map.json"));
+}
+
+void TestGui::importNamesMissingGpuAndOverBudget()
+{
+    MainWindow w(fixedMachine());
+    openAndSplit(w); // GPU 0 (budget: 3/4 of the model) and the CPU
+    const quint64 model = w.moduleModel()->tree()->root().bytes;
+    const QString in = m_tmp.path() + "/gpu3_map.json";
+    // wpe: 16 positions x 8 wide x 2 bytes (float16) = 256 B on a GPU this page has not; the
+    // rest, model - 256 B, on GPU 0, whose budget is 3/4 of the model.
+    writeFileAtomically(in.toStdString(), "{\"transformer.wpe\": 3, \"\": 0}\n");
+    QVERIFY(w.importDeviceMap(in));
+    QListWidget* problems = w.planningPage()->problemList();
+    QVERIFY(problems->isVisibleTo(w.planningPage()));
+    QStringList all;
+    for (int i = 0; i < problems->count(); ++i)
+        all << problems->item(i)->text();
+    QVERIFY2(all.contains(QString::fromUtf8("✖ transformer.wpe: the map puts 256 B on GPU 3, which is not one of the devices "
+                                            "(GPU 0, cpu)")),
+             qPrintable(all.join("\n")));
+    QVERIFY2(all.contains(QString::fromUtf8("⚠ the map puts %1 on GPU 0, more than its budget of %2")
+                              .arg(QString::fromStdString(humanBytes(model - 256)), QString::fromStdString(humanBytes(model * 3 / 4)))),
+             qPrintable(all.join("\n")));
+    QCOMPARE(all.size(), 2);
+    // The entry's Why cell carries it too, and the banner counts both.
+    const DeviceMapModel& m = *w.deviceMapModel();
+    QVERIFY(m.data(m.index(0, DeviceMapModel::WhyColumn)).toString().contains("not one of the devices"));
+    // A map within the budgets and devices lists nothing.
+    writeFileAtomically(in.toStdString(), "{\"\": \"cpu\"}\n");
+    QVERIFY(w.importDeviceMap(in));
+    QCOMPARE(problems->count(), 0);
 }
 
 void TestGui::snippetsCopied()
@@ -538,6 +579,34 @@ void TestGui::mnemonicsAreUniqueAndTabsSwitchByKeys()
     QCOMPARE(w.pages()->currentIndex(), 0);
     QTest::keyClick(QApplication::focusWidget() ? QApplication::focusWidget() : &w, Qt::Key_Tab, Qt::ControlModifier);
     QCOMPARE(w.pages()->currentIndex(), 1);
+}
+
+void TestGui::tabLeavesTheMapAndColumnsFit()
+{
+    MainWindow w(fixedMachine());
+    openAndSplit(w); // at the default 1400 x 900
+    QVERIFY(QTest::qWaitForWindowExposed(&w));
+    // Tab moves on from the device map, not from cell to cell inside it.
+    auto* map = w.findChild<QTableView*>("deviceMap");
+    QVERIFY(map && map->model()->rowCount() > 1);
+    QVERIFY(!map->tabKeyNavigation());
+    map->setFocus();
+    map->setCurrentIndex(map->model()->index(0, 0));
+    QTRY_VERIFY(map->hasFocus());
+    QTest::keyClick(map, Qt::Key_Tab);
+    QVERIFY(QApplication::focusWidget() != map);
+    // Every column of the module tree is as wide as its contents, and all fit the tree.
+    auto* tree = w.findChild<QTreeView*>("moduleTree");
+    QVERIFY(tree);
+    int total = 0;
+    for (int c = 0; c < tree->model()->columnCount(); ++c) {
+        QVERIFY2(tree->header()->sectionSize(c) >= static_cast<QAbstractItemView*>(tree)->sizeHintForColumn(c), qPrintable(QString::number(c)));
+        total += tree->header()->sectionSize(c);
+    }
+    QVERIFY2(total <= tree->viewport()->width(), qPrintable(QStringLiteral("%1 > %2").arg(total).arg(tree->viewport()->width())));
+    // The map's Why column takes its sentences' width (scrolling sideways) rather than cutting them.
+    QVERIFY(map->horizontalHeader()->sectionSize(DeviceMapModel::WhyColumn) >= static_cast<QAbstractItemView*>(map)->sizeHintForColumn(DeviceMapModel::WhyColumn));
+    QVERIFY(map->horizontalHeader()->sectionSize(DeviceMapModel::DeviceColumn) >= static_cast<QAbstractItemView*>(map)->sizeHintForColumn(DeviceMapModel::DeviceColumn));
 }
 
 QTEST_MAIN(TestGui)

@@ -4,6 +4,7 @@
 // scanner on a fake cache (and that it resolves the snapshot Checkpoint::open
 // reads); the placement layout; the Python snippets.
 #include "budgetmodel.h"
+#include "budgetscale.h"
 #include "devicemapmodel.h"
 #include "display.h"
 #include "fixtures.h"
@@ -25,6 +26,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 
 using namespace stowage;
 
@@ -57,12 +59,14 @@ private slots:
     void budgetModelSimulatedGpus();
     void budgetModelPlanTotalsChangeOnlyMovedRows();
     void budgetSteps();
+    void budgetProblemsInWords();
     void moduleTreeModelDevices();
     void placementLayoutFollowsDefinitionOrder();
     void deviceMapModelProblems();
     void predictionModel();
     void hubCacheListsFakeCache();
     void hubCacheSnapshotIsTheOneOpenReads();
+    void hubCacheLinkedBlobsListAndOpenAgree();
     void snippets();
 };
 
@@ -160,12 +164,42 @@ void TestModels::budgetModelPlanTotalsChangeOnlyMovedRows()
 
 void TestModels::budgetSteps()
 {
-    QCOMPARE(BudgetModel::step(80 * GiB, false), 2 * GiB); // 80/40 = 2 GiB
-    QCOMPARE(BudgetModel::step(24 * GiB, false), 512ull << 20); // 0.6 GiB -> 512 MiB
-    QCOMPARE(BudgetModel::step(24 * GiB, true), 16ull << 20);   // 24.6 MiB -> 16 MiB
-    QCOMPARE(BudgetModel::step(10ull << 20, true), 8ull << 10); // 10.5 KB -> 8 KiB
-    QCOMPARE(BudgetModel::step(100, true), 1ull << 10);       // never below 1 KiB
-    QCOMPARE(BudgetModel::snap(3 * GiB + 300 * (1ull << 20), 512ull << 20), 3 * GiB + (512ull << 20));
+    constexpr quint64 MiB = 1ull << 20;
+    // A 24 GiB bar: knee k = 24 GiB / 10000 = 2,576,980.4 bytes; position = ln(1 + b/k) / ln(10001).
+    const BudgetScale big(24 * GiB);
+    QCOMPARE(big.position(0), 0.0);
+    QCOMPARE(big.position(24 * GiB), 1.0);
+    QCOMPARE(big.bytesAt(1.0), 24 * GiB);
+    QCOMPARE(big.bytesAt(-0.5), quint64(0));
+    // 3 MiB: ln(1 + 3,145,728 / 2,576,980.4) / 9.21044 = 0.79792 / 9.21044 = 0.0866 (linear: 0.00012).
+    QVERIFY2(qAbs(big.position(3 * MiB) - 0.0866) < 0.0005, qPrintable(QString::number(big.position(3 * MiB))));
+    QVERIFY(qAbs(qint64(big.bytesAt(big.position(3 * MiB))) - qint64(3 * MiB)) <= 1);
+    // Steps: the power of two at most (b + k) / 40, fine / 400.
+    QCOMPARE(big.step(100 * MiB, false), 2 * MiB);  // 107,434,580 / 40 = 2.69 MB
+    QCOMPARE(big.step(20 * GiB, false), 512 * MiB); // 21,477,160,940 / 40 = 537 MB
+    QCOMPARE(big.step(20 * GiB, true), 32 * MiB);   // / 400 = 53.7 MB
+    QCOMPARE(big.step(0, true), quint64(4096));     // 2,576,980 / 400 = 6,442
+    QCOMPARE(BudgetScale(100).step(0, true), quint64(2048)); // the knee is at least 1 MiB: 1,048,576 / 400 = 2,621
+    QCOMPARE(big.snap(3 * GiB + 300 * MiB, false), 3 * GiB + 320 * MiB); // step 64 MiB (88.5 MB): 3,372 MiB -> 53 x 64
+    // PgUp (an eighth of the bar) from 100 MiB: position 0.40500 -> 0.53000 -> k(e^(0.53 x 9.21044) - 1)
+    // = 336,411,000 -> step 8 MiB -> 320 MiB; then 1 GiB, 3,264 MiB, 10 GiB, the bar's end, one step past it.
+    const quint64 pgUp[] = {320 * MiB, 1 * GiB, 3264 * MiB, 10 * GiB, 24 * GiB, 24 * GiB + 512 * MiB};
+    quint64 b = 100 * MiB;
+    for (quint64 expected : pgUp) {
+        b = big.moved(b, BudgetScale::kPage, false);
+        QCOMPARE(b, expected);
+    }
+    // PgDn from the end: 7,808 MiB, 2,464 MiB, 784 MiB; an arrow from 0 is 640 KiB.
+    QCOMPARE(big.moved(24 * GiB, -BudgetScale::kPage, false), 7808 * MiB);
+    QCOMPARE(big.moved(7808 * MiB, -BudgetScale::kPage, false), 2464 * MiB);
+    QCOMPARE(big.moved(0, BudgetScale::kArrow, false), 640 * 1024ull);
+    QCOMPARE(big.moved(0, -BudgetScale::kArrow, false), quint64(0));
+    // A 1 MiB bar: knee 1 MiB, position = log2(1 + b / 1 MiB); its middle is (sqrt(2) - 1) MiB = 434,334,
+    // snapped to 32 KiB ((434,334 + 1,048,576) / 40 = 37,073) = 13 x 32 KiB.
+    const BudgetScale small(MiB);
+    QCOMPARE(small.bytesAt(0.5), quint64(434334));
+    QCOMPARE(small.snap(434334, false), quint64(425984));
+    QCOMPARE(sizeString(425984), QString("416KiB"));
     QCOMPARE(sizeString(8 * GiB), QString("8GiB"));
     QCOMPARE(sizeString(10'000'000'000), QString("10GB"));
     QCOMPARE(sizeString(1234567), QString("1234567")); // 1.234567 MB: no unit with three decimals is exact
@@ -176,6 +210,34 @@ void TestModels::budgetSteps()
     QCOMPARE(sizeString(2500000), QString("2.5MB"));
     QCOMPARE(sizeString(1024), QString("1KiB"));
     QCOMPARE(sizeString(100), QString("100"));
+}
+
+void TestModels::budgetProblemsInWords()
+{
+    BudgetModel m;
+    BudgetDevice cpu, disk;
+    cpu.capacity = 16 * GiB;
+    cpu.budget = 8 * GiB;
+    disk.capacity = 100 * GiB;
+    disk.budget = 100 * GiB;
+    m.setMachine({}, cpu, disk);
+    const int g = m.addSimulatedGpu("Tiny", QString(), 8ull << 20);
+    QCOMPARE(m.problem(g), QString());
+    QSignalSpy changed(&m, &QAbstractItemModel::dataChanged);
+    m.setBudget(g, 20'000'000'000); // 18.63 GiB
+    QVERIFY(changed.last()[2].value<QList<int>>().contains(BudgetModel::ProblemRole));
+    QCOMPARE(m.data(m.index(g, 0), BudgetModel::ProblemRole).toString(),
+             QString("The budget (18.63 GiB) is more than this simulated GPU's memory (8.00 MiB): "
+                     "weights planned past it cannot be loaded there."));
+    m.setBudget(m.rowOf(Device::cpu()), 17 * GiB);
+    QVERIFY(m.problem(m.rowOf(Device::cpu())).startsWith("The budget (17.00 GiB) is more than this machine's RAM (16.00 GiB)"));
+    // The disk: its budget is the offload folder's limit.
+    const int d = m.rowOf(Device::disk());
+    QCOMPARE(m.problem(d), QString());
+    Plan plan;
+    plan.devices.push_back({Device::disk(), -1, 120 * GiB, 0});
+    m.setPlanTotals(plan);
+    QCOMPARE(m.problem(d), QString("The offload folder needs 120.00 GiB, more than the disk budget of 100.00 GiB."));
 }
 
 void TestModels::moduleTreeModelDevices()
@@ -348,6 +410,85 @@ void TestModels::hubCacheListsFakeCache()
     qputenv("HF_HUB_CACHE", root.toUtf8());
     QCOMPARE(QString::fromStdString(hubCacheRoots().front()), QDir::cleanPath(root));
     qunsetenv("HF_HUB_CACHE");
+}
+
+void TestModels::hubCacheLinkedBlobsListAndOpenAgree()
+{
+    namespace fs = std::filesystem;
+    const std::string root = m_tmp.path().toStdString() + "/hub-linked";
+    const std::string store = m_tmp.path().toStdString() + "/bigdisk"; // where the blobs were moved
+    fs::create_directories(store);
+    const fixtures::Gpt2Shape shape{97, 16, 8, 2};
+    const auto tensors = fixtures::gpt2Tensors(shape, DType::F32);
+    fixtures::writeSharded(store, tensors, 2, false); // model-0000{1,2}-of-00002.safetensors + the index
+    fixtures::writeJson(store + "/config.json", fixtures::gpt2Config(shape, DType::F32));
+    const uint64_t shard1 = fs::file_size(store + "/model-00001-of-00002.safetensors");
+    const uint64_t shard2 = fs::file_size(store + "/model-00002-of-00002.safetensors");
+    // A real cache's layout: snapshots/<rev>/<file> -> ../../blobs/<sha>; here blobs/<sha> are links to
+    // the other disk, except the small index and config, which stay real files.
+    auto entryWith = [&](const std::string& name, bool viaBlobs) {
+        const std::string e = root + "/models--acme--" + name;
+        fs::create_directories(e + "/blobs");
+        fs::create_directories(e + "/refs");
+        fs::create_directories(e + "/snapshots/rev1");
+        std::ofstream(e + "/refs/main") << "rev1";
+        fs::copy_file(store + "/config.json", e + "/blobs/c0nf");
+        fs::copy_file(store + "/model.safetensors.index.json", e + "/blobs/1dx");
+        fs::create_symlink("../../blobs/c0nf", e + "/snapshots/rev1/config.json");
+        fs::create_symlink("../../blobs/1dx", e + "/snapshots/rev1/model.safetensors.index.json");
+        for (const char* shard : {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}) {
+            const std::string sha = std::string("sha-") + shard;
+            if (viaBlobs) {
+                fs::create_symlink(store + "/" + shard, e + "/blobs/" + sha);
+                fs::create_symlink("../../blobs/" + sha, e + "/snapshots/rev1/" + shard);
+            } else {
+                fs::create_symlink(store + "/" + shard, e + "/snapshots/rev1/" + shard); // straight out
+            }
+        }
+        return e;
+    };
+    const std::string moved = entryWith("moved", true);
+    const std::string escaping = entryWith("escaping", false);
+    const uint64_t smallFiles = fs::file_size(store + "/config.json") + fs::file_size(store + "/model.safetensors.index.json");
+
+    HubCacheModel model;
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    model.setEntries(scanHubCache(root));
+    QCOMPARE(model.rowCount(), 2);
+    // acme/escaping: its shards lead out of the entry, not through blobs/: neither counted nor opened.
+    const HubCacheEntry& out = model.entries()[0];
+    QCOMPARE(out.repoId, std::string("acme/escaping"));
+    QCOMPARE(out.weights, HubCacheEntry::Weights::IndexOnly);
+    QCOMPARE(out.diskBytes, smallFiles);
+    QCOMPARE(out.linkedBytes, uint64_t(0));
+    QVERIFY2(QString::fromStdString(out.problem).contains("model-00001-of-00002.safetensors: leads outside the cache entry"),
+             out.problem.c_str());
+    QCOMPARE(model.data(model.index(0, HubCacheModel::WeightsColumn)).toString(),
+             QString("index and config only; a weights file leads outside the cache"));
+    try {
+        Checkpoint::open(escaping);
+        QFAIL("an entry whose shard leads straight out opened");
+    } catch (const InputError& e) {
+        QVERIFY2(QString(e.what()).contains("shard leads outside the checkpoint folder"), e.what());
+    }
+    // acme/moved: blobs/ links to the other disk: listed with their size, and it opens.
+    const HubCacheEntry& in = model.entries()[1];
+    QCOMPARE(in.repoId, std::string("acme/moved"));
+    QCOMPARE(in.weights, HubCacheEntry::Weights::All);
+    QCOMPARE(in.shardsPresent, 2);
+    QCOMPARE(in.problem, std::string());
+    QCOMPARE(in.diskBytes, smallFiles + shard1 + shard2);
+    QCOMPARE(in.linkedBytes, shard1 + shard2);
+    QCOMPARE(model.data(model.index(1, HubCacheModel::WeightsColumn)).toString(), QString("weights downloaded"));
+    QVERIFY(model.data(model.index(1, 0), Qt::ToolTipRole).toString().contains("in blobs linked from elsewhere"));
+    const Checkpoint ck = Checkpoint::open(moved);
+    QCOMPARE(ck.tensors().size(), tensors.size());
+    QVERIFY(!ck.indexOnly());
+    QVERIFY(ck.data(ck.tensors()[0]) != nullptr);
+    // The rule itself: through blobs/ yes, straight out no, a missing file no.
+    QVERIFY(hubEntryMayRead(moved, moved + "/snapshots/rev1/model-00001-of-00002.safetensors"));
+    QVERIFY(!hubEntryMayRead(escaping, escaping + "/snapshots/rev1/model-00001-of-00002.safetensors"));
+    QVERIFY(!hubEntryMayRead(moved, moved + "/snapshots/rev1/absent.safetensors"));
 }
 
 void TestModels::hubCacheSnapshotIsTheOneOpenReads()

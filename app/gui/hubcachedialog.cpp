@@ -92,7 +92,7 @@ void HubCacheDialog::rescan()
         m_model->setEntries(std::move(entries));
         m_view->resizeColumnsToContents();
         m_status->setText(count == 0 ? tr("No models in %1").arg(root)
-                                     : tr("%n model(s), %1 on disk", nullptr, count).arg(formatBytes(total)));
+                                     : tr("%1, %2 on disk").arg(countOf(count, tr("model"), tr("models")), formatBytes(total)));
         m_scanning = false;
         emit scanned();
     });

@@ -105,6 +105,10 @@ MainWindow::MainWindow(Options options, QWidget* parent) : QMainWindow(parent), 
     m_view->setSelectionMode(QAbstractItemView::SingleSelection);
     m_view->header()->setSectionResizeMode(ModuleTreeModel::NameColumn, QHeaderView::ResizeToContents);
     m_view->header()->setSectionResizeMode(ModuleTreeModel::DeviceColumn, QHeaderView::ResizeToContents);
+    // Every column at its contents' width, so Share and the rest are not cut at the default size.
+    for (int c : {int(ModuleTreeModel::SizeColumn), int(ModuleTreeModel::ShareColumn), int(ModuleTreeModel::ParamsColumn)})
+        m_view->header()->setSectionResizeMode(c, QHeaderView::ResizeToContents);
+    m_view->header()->setStretchLastSection(false);
 
     m_page = new PlanningPage(m_model, central);
     m_page->setObjectName("planningPage");
@@ -119,7 +123,7 @@ MainWindow::MainWindow(Options options, QWidget* parent) : QMainWindow(parent), 
     m_splitter->addWidget(scroll);
     m_splitter->setStretchFactor(0, 2);
     m_splitter->setStretchFactor(1, 3);
-    m_splitter->setSizes({540, 860});
+    m_splitter->setSizes({600, 800}); // the tree's six columns fit at the default 1400 px
     m_run = new RunPage(m_page, m_options.workerProgram, central);
     m_run->setObjectName("runPage");
     m_pages = new QTabWidget(central);

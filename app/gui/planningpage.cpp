@@ -54,6 +54,8 @@ QTableView* table(QWidget* parent, const char* name)
     v->horizontalHeader()->setStretchLastSection(true);
     v->setAlternatingRowColors(true);
     v->setShowGrid(false);
+    // Tab leaves the table (arrows move between cells), as in a form; not trapped cell by cell.
+    v->setTabKeyNavigation(false);
     return v;
 }
 } // namespace
@@ -106,6 +108,9 @@ PlanningPage::PlanningPage(ModuleTreeModel* treeModel, QWidget* parent) : QWidge
     m_mapView = table(mapBox, "deviceMap");
     m_mapView->setModel(m_mapModel);
     m_mapView->horizontalHeader()->setSectionResizeMode(DeviceMapModel::ModuleColumn, QHeaderView::Interactive);
+    // The reasons are long sentences: the Why column takes its text's width (a scroll bar when
+    // wider than the page) instead of being stretched to the page and cut.
+    m_mapView->horizontalHeader()->setStretchLastSection(false);
     m_problems = new QListWidget(mapBox);
     m_problems->setObjectName("mapProblems");
     m_problems->setMaximumHeight(m_problems->fontMetrics().height() * 5);
@@ -287,8 +292,9 @@ void PlanningPage::applyPlan(Plan plan)
     for (const DeviceTotal& t : shared->devices) {
         if (t.used == 0)
             continue;
-        parts << tr("<span style='color:%1'>■</span> <b>%2</b> %3 · %n block(s)", nullptr, blocks.value(deviceCode(t.device)))
-                     .arg(deviceColor(t.device).name(), deviceLabel(t.device), formatBytes(t.used));
+        parts << tr("<span style='color:%1'>■</span> <b>%2</b> %3 · %4")
+                     .arg(deviceColor(t.device).name(), deviceLabel(t.device), formatBytes(t.used),
+                          countOf(blocks.value(deviceCode(t.device)), tr("block"), tr("blocks")));
     }
     const int diskRow = m_budgets->rowOf(Device::disk());
     if (diskRow >= 0 && m_budgets->data(m_budgets->index(diskRow, 0), BudgetModel::OverBudgetRole).toBool())
@@ -300,7 +306,8 @@ void PlanningPage::applyPlan(Plan plan)
     m_mapModel->setPlan(*shared);
     // Measuring every row costs time while dragging: only when the map's length changes.
     if (m_mapModel->rowCount() != rowsBefore)
-        for (int c : {int(DeviceMapModel::ModuleColumn), int(DeviceMapModel::DeviceColumn), int(DeviceMapModel::SizeColumn)})
+        for (int c : {int(DeviceMapModel::ModuleColumn), int(DeviceMapModel::DeviceColumn), int(DeviceMapModel::SizeColumn),
+                      int(DeviceMapModel::WhyColumn)})
             m_mapView->resizeColumnToContents(c);
     predict();
     emit planChanged();
@@ -318,7 +325,13 @@ bool PlanningPage::importMap(const QString& json, const QString& source)
         return false;
     }
     setError({});
-    const MapCheck check = validateDeviceMap(*m_tree, map);
+    MapCheck check = validateDeviceMap(*m_tree, map);
+    // And against the devices on this page: a GPU the page has not, a device past its budget.
+    const MapCheck fits = checkDeviceMapFits(*m_tree, map, m_budgets->budgets());
+    check.errors.insert(check.errors.end(), fits.errors.begin(), fits.errors.end());
+    check.errorSubjects.insert(check.errorSubjects.end(), fits.errorSubjects.begin(), fits.errorSubjects.end());
+    check.warnings.insert(check.warnings.end(), fits.warnings.begin(), fits.warnings.end());
+    check.warningSubjects.insert(check.warningSubjects.end(), fits.warningSubjects.begin(), fits.warningSubjects.end());
 
     // Sizes per entry and per device, as the planner reports them.
     Plan plan = planFromDeviceMap(*m_tree, map, "imported from " + source.toStdString());
@@ -332,7 +345,7 @@ bool PlanningPage::importMap(const QString& json, const QString& source)
         const QString key = isKey ? QString::fromStdString(subject) : QString();
         const QString text = QString::fromStdString(msg);
         if (!key.isEmpty())
-            byKey.insert(key, text);
+            byKey.insert(key, byKey.contains(key) ? byKey.value(key) + QStringLiteral("; ") + text : text);
         auto* item = new QListWidgetItem((error ? QStringLiteral("✖ ") : QStringLiteral("⚠ ")) +
                                          (key.isEmpty() ? text : key + QStringLiteral(": ") + text));
         item->setData(Qt::UserRole, key);
@@ -352,8 +365,9 @@ bool PlanningPage::importMap(const QString& json, const QString& source)
                           .arg(source.toHtmlEscaped(),
                                check.errors.empty() && check.warnings.empty()
                                    ? tr("it fits this model")
-                                   : tr("%n problem(s) listed below", nullptr,
-                                        static_cast<int>(check.errors.size() + check.warnings.size()))));
+                                   : tr("%1 listed below")
+                                         .arg(countOf(qint64(check.errors.size() + check.warnings.size()),
+                                                      tr("problem"), tr("problems")))));
     m_banner->show();
     return true;
 }

@@ -97,8 +97,25 @@ Checkpoint Checkpoint::open(const std::string& pathArg)
     return ck;
 }
 
+bool Checkpoint::mayRead(const std::string& file, const std::string& real) const
+{
+    // A Hub cache entry's files may also live where its blobs/ links lead (hubEntryMayRead,
+    // the rule its scan lists entries by).
+    std::error_code ec;
+    return isInside(real, m_trustRoot) ||
+           (fs::is_directory(fs::path(m_trustRoot) / "snapshots", ec) && hubEntryMayRead(m_trustRoot, file));
+}
+
 void Checkpoint::openSingle(const std::string& file)
 {
+    // In a Hub cache entry the weights follow the entry's rule, as the scan lists them; a
+    // file named directly elsewhere is the user's own choice and opens wherever it links.
+    std::error_code ec;
+    if (fs::is_directory(fs::path(m_trustRoot) / "snapshots", ec)) {
+        const fs::path real = fs::canonical(file, ec);
+        if (!ec && !mayRead(file, real.string()))
+            throw InputError(file, "leads outside the Hub cache entry (to " + real.string() + ")");
+    }
     Shard s;
     s.path = file;
     s.format = endsWith(file, ".safetensors") ? WeightFormat::Safetensors : WeightFormat::TorchBin;
@@ -189,7 +206,7 @@ void Checkpoint::openIndex(const std::string& indexPath)
         fs::path real = fs::canonical(sp, ec);
         if (ec)
             throw InputError(sp.string(), "cannot open the shard: " + ec.message());
-        if (!isInside(real, m_trustRoot))
+        if (!mayRead(sp.string(), real.string()))
             throw InputError(sp.string(), "shard leads outside the checkpoint folder (to " + real.string() + ")");
         Shard s{sp.string(), endsWith(shardNames[i], ".safetensors") ? WeightFormat::Safetensors : WeightFormat::TorchBin,
                 std::make_shared<MappedFile>(real.string())};
@@ -245,7 +262,7 @@ std::optional<std::string> Checkpoint::readSideFile(const std::string& name) con
     if (!fs::exists(p, ec))
         return std::nullopt;
     fs::path real = fs::canonical(p, ec);
-    if (ec || !isInside(real, m_trustRoot))
+    if (ec || !mayRead(p.string(), real.string()))
         throw InputError(p.string(), "leads outside the checkpoint folder");
     return readText(real);
 }

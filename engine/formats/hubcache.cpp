@@ -20,7 +20,7 @@ namespace stowage {
 bool HubCacheEntry::operator==(const HubCacheEntry& o) const
 {
     return repoId == o.repoId && folder == o.folder && snapshot == o.snapshot && problem == o.problem &&
-           diskBytes == o.diskBytes && weights == o.weights && shardsPresent == o.shardsPresent &&
+           diskBytes == o.diskBytes && linkedBytes == o.linkedBytes && weights == o.weights && shardsPresent == o.shardsPresent &&
            shardsTotal == o.shardsTotal;
 }
 
@@ -59,6 +59,43 @@ std::optional<std::string> hubSnapshot(const std::string& entryArg)
 
 namespace {
 
+bool inside(const fs::path& child, const fs::path& root)
+{
+    const std::string c = child.string();
+    std::string r = root.string();
+    if (!r.empty() && r.back() != '/')
+        r += '/';
+    return c.rfind(r, 0) == 0;
+}
+
+} // namespace
+
+bool hubEntryMayRead(const std::string& entryArg, const std::string& fileArg)
+{
+    std::error_code ec;
+    const fs::path entry = fs::canonical(entryArg, ec);
+    if (ec)
+        return false;
+    const fs::path file(fileArg);
+    const fs::path real = fs::canonical(file, ec);
+    if (ec || !fs::is_regular_file(real, ec))
+        return false;
+    if (inside(real, entry))
+        return true;
+    // Outside: only through a link into blobs/ (the Hub's relative "../../blobs/<sha>").
+    if (!fs::is_symlink(fs::symlink_status(file, ec)))
+        return false;
+    fs::path hop = fs::read_symlink(file, ec);
+    if (ec)
+        return false;
+    if (hop.is_relative())
+        hop = file.parent_path() / hop;
+    const fs::path hopFolder = fs::canonical(hop.parent_path(), ec);
+    return !ec && hopFolder == fs::canonical(entry / "blobs", ec) && !ec;
+}
+
+namespace {
+
 // QDir::cleanPath's rules, which the roots always followed: no "." or
 // "..", no doubled or trailing separator.
 std::string cleanPath(const std::string& p)
@@ -83,8 +120,9 @@ std::string replaceAll(std::string s, const std::string& from, const std::string
     return s;
 }
 
-// Regular files directly under blobs/, symlinks not followed.
-uint64_t blobBytes(const fs::path& blobs)
+// Files directly under blobs/: regular ones, and links to regular files
+// (counted in `linked` too: a cache whose blobs were moved elsewhere).
+uint64_t blobBytes(const fs::path& blobs, uint64_t& linked)
 {
     uint64_t total = 0;
     std::error_code ec;
@@ -95,11 +133,15 @@ uint64_t blobBytes(const fs::path& blobs)
         if (ec)
             break;
         std::error_code sec;
-        if (it->symlink_status(sec).type() != fs::file_type::regular)
+        const fs::file_type own = it->symlink_status(sec).type();
+        if (own != fs::file_type::regular && (own != fs::file_type::symlink || !fs::is_regular_file(it->path(), sec)))
             continue;
-        const auto size = it->file_size(sec);
-        if (!sec)
-            total += size;
+        const auto size = fs::file_size(it->path(), sec); // follows a link
+        if (sec)
+            continue;
+        total += size;
+        if (own == fs::file_type::symlink)
+            linked += size;
     }
     return total;
 }
@@ -109,6 +151,22 @@ bool present(const fs::path& file)
 {
     std::error_code ec;
     return fs::is_regular_file(file, ec);
+}
+
+// Present and readable under the rule opening uses; a file that is there
+// but leads outside the entry says so in `e.problem`.
+bool usable(HubCacheEntry& e, const fs::path& file)
+{
+    if (!present(file))
+        return false;
+    if (hubEntryMayRead(e.folder, file.string()))
+        return true;
+    if (e.problem.empty()) {
+        std::error_code ec;
+        e.problem = file.string() + ": leads outside the cache entry (to " + fs::canonical(file, ec).string() +
+                    "), so it cannot be opened";
+    }
+    return false;
 }
 
 // Shard file names an index's weight_map names; nullopt when the index
@@ -144,14 +202,14 @@ void classify(HubCacheEntry& e)
             continue;
         e.shardsTotal = static_cast<int>(shards->size());
         for (const std::string& s : *shards)
-            e.shardsPresent += present(snap / s) ? 1 : 0;
+            e.shardsPresent += usable(e, snap / s) ? 1 : 0;
         e.weights = e.shardsTotal > 0 && e.shardsPresent == e.shardsTotal ? HubCacheEntry::Weights::All
                     : e.shardsPresent > 0                                   ? HubCacheEntry::Weights::Partial
                                                                             : HubCacheEntry::Weights::IndexOnly;
         return;
     }
     for (const char* single : {"model.safetensors", "pytorch_model.bin"})
-        if (present(snap / single)) {
+        if (usable(e, snap / single)) {
             e.shardsTotal = e.shardsPresent = 1;
             e.weights = HubCacheEntry::Weights::All;
             return;
@@ -170,7 +228,7 @@ HubCacheEntry scanEntry(const fs::path& folder)
     } catch (const std::exception& ex) {
         e.problem = ex.what();
     }
-    e.diskBytes = blobBytes(folder / "blobs");
+    e.diskBytes = blobBytes(folder / "blobs", e.linkedBytes);
     if (!e.snapshot.empty()) {
         try {
             classify(e);

@@ -2,9 +2,11 @@
 // and accepts as from_pretrained(device_map=...), and checks of a user's map.
 #include "stowage/error.h"
 #include "stowage/planner.h"
+#include "stowage/units.h"
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <unordered_map>
 
 namespace stowage {
@@ -82,6 +84,41 @@ MapCheck validateDeviceMap(const ModuleTree& tree, const DeviceMap& map)
                 break;
             }
             first = d;
+        }
+    }
+    return out;
+}
+
+namespace {
+std::string label(const Device& d) { return d.kind == Device::Gpu ? "GPU " + d.name() : d.name(); }
+} // namespace
+
+MapCheck checkDeviceMapFits(const ModuleTree& tree, const DeviceMap& map, const Budgets& budgets)
+{
+    MapCheck out;
+    std::string known;
+    for (const DeviceBudget& b : budgets)
+        known += (known.empty() ? "" : ", ") + label(b.device);
+    for (const auto& [device, bytes] : bytesPerDevice(tree, map)) {
+        if (device.kind == Device::Disk || bytes == 0)
+            continue;
+        std::string firstKey;
+        for (const auto& [k, d] : map)
+            if (d == device) {
+                firstKey = k;
+                break;
+            }
+        const auto budget = std::find_if(budgets.begin(), budgets.end(), [&](const DeviceBudget& b) { return b.device == device; });
+        if (budget == budgets.end()) {
+            if (device.kind != Device::Gpu)
+                continue; // no CPU budget given: unlimited
+            out.errors.push_back("the map puts " + humanBytes(bytes) + " on " + label(device) +
+                                 ", which is not one of the devices (" + (known.empty() ? "none" : known) + ")");
+            out.errorSubjects.push_back(firstKey);
+        } else if (double(bytes) > budget->bytes) {
+            out.warnings.push_back("the map puts " + humanBytes(bytes) + " on " + label(device) + ", more than its budget of " +
+                                   humanBytes(uint64_t(budget->bytes)));
+            out.warningSubjects.push_back(firstKey);
         }
     }
     return out;

@@ -98,7 +98,7 @@ bool BudgetModel::setBudget(int row, quint64 bytes)
     m_rows[row].budget = bytes;
     // The budget cell, and the scale that may grow with it.
     emit dataChanged(index(row, BudgetColumn), index(row, BudgetColumn),
-                     {Qt::DisplayRole, Qt::EditRole, BudgetRole, ScaleRole, OverBudgetRole});
+                     {Qt::DisplayRole, Qt::EditRole, BudgetRole, ScaleRole, OverBudgetRole, ProblemRole});
     emit budgetsChanged();
     return true;
 }
@@ -153,18 +153,26 @@ Budgets BudgetModel::budgets() const
     return b;
 }
 
-quint64 BudgetModel::step(quint64 scale, bool fine)
+QString BudgetModel::problem(int row) const
 {
-    const quint64 target = std::max<quint64>(1, scale / (fine ? 1000 : 40));
-    quint64 s = 1ull << 10; // never below 1 KiB
-    while (s * 2 <= target)
-        s *= 2;
-    return s;
-}
-
-quint64 BudgetModel::snap(quint64 bytes, quint64 step)
-{
-    return step ? (bytes + step / 2) / step * step : bytes;
+    if (row < 0 || row >= m_rows.size())
+        return {};
+    const BudgetDevice& d = m_rows[row];
+    if (d.device.kind == Device::Disk) {
+        if (d.capacity > 0 && d.used > d.budget)
+            return tr("The offload folder needs %1, more than the disk budget of %2.")
+                .arg(formatBytes(d.used), formatBytes(d.budget));
+        if (d.capacity > 0 && d.budget > d.capacity)
+            return tr("The budget is more than the %1 free on this disk.").arg(formatBytes(d.capacity));
+        return {};
+    }
+    if (d.capacity == 0 || d.budget <= d.capacity)
+        return {};
+    const QString what = d.device.kind == Device::Cpu ? tr("this machine's RAM")
+                         : d.simulated              ? tr("this simulated GPU's memory")
+                                                    : tr("this GPU's memory");
+    return tr("The budget (%1) is more than %2 (%3): weights planned past it cannot be loaded there.")
+        .arg(formatBytes(d.budget), what, formatBytes(d.capacity));
 }
 
 quint64 BudgetModel::scaleOf(const BudgetDevice& d) const
@@ -203,6 +211,7 @@ QVariant BudgetModel::data(const QModelIndex& index, int role) const
     case ColorRole: return deviceColor(d.device);
     case ScaleRole: return QVariant::fromValue<quint64>(scaleOf(d));
     case OverBudgetRole: return overBudget;
+    case ProblemRole: return problem(index.row());
     case Qt::DecorationRole:
         return index.column() == DeviceColumn ? QVariant(deviceColor(d.device)) : QVariant();
     case Qt::EditRole:

@@ -44,6 +44,7 @@ public:
         ColorRole,
         ScaleRole, // the full width of the row's bar, in bytes
         OverBudgetRole,
+        ProblemRole, // QString: problem(row), empty when none
     };
 
     explicit BudgetModel(QObject* parent = nullptr);
@@ -74,10 +75,9 @@ public:
     // max_memory for the planner: GPUs and the CPU (the planner keeps the
     // disk unlimited, as Accelerate does; the disk row only warns).
     Budgets budgets() const;
-    // Sensible drag steps for a bar of `scale` bytes: coarse (a power-of-two
-    // size near 1/40 of the bar) or fine (near 1/1000), at least 1 KiB.
-    static quint64 step(quint64 scale, bool fine);
-    static quint64 snap(quint64 bytes, quint64 step);
+    // Why a row's budget cannot be what the user meant, in words for the
+    // bar; empty when it can. (Drag steps and the bar's scale: budgetscale.h.)
+    QString problem(int row) const;
 
     int rowCount(const QModelIndex& parent = {}) const override;
     int columnCount(const QModelIndex& parent = {}) const override;

@@ -42,6 +42,11 @@ QString sizeString(quint64 bytes)
     return best;
 }
 
+QString countOf(qint64 n, const QString& one, const QString& many)
+{
+    return QStringLiteral("%1 %2").arg(QString::number(n), n == 1 ? one : many);
+}
+
 QString deviceLabel(const Device& d)
 {
     switch (d.kind) {

@@ -17,6 +17,8 @@ namespace stowage {
 QString formatBytes(quint64 bytes);
 // The shortest exact Accelerate size string: "8GiB", "512MiB", "1500000000".
 QString sizeString(quint64 bytes);
+// "1 block", "3 blocks": a count with the word that agrees (no "1 block(s)").
+QString countOf(qint64 n, const QString& one, const QString& many);
 // "GPU 0", "CPU", "Disk".
 QString deviceLabel(const Device& d);
 // Fill colour of a device: GPUs cycle through eight hues, the CPU is

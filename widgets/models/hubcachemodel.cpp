@@ -35,10 +35,14 @@ QVariant HubCacheModel::data(const QModelIndex& index, int role) const
     case PathRole: return QString::fromStdString(e.folder);
     case DiskBytesRole: return QVariant::fromValue<quint64>(e.diskBytes);
     case PlannableRole: return plannable;
-    case Qt::ToolTipRole:
-        if (!e.snapshot.empty())
-            return QString::fromStdString(e.snapshot);
-        return QString::fromStdString(e.problem.empty() ? e.folder : e.folder + "\n" + e.problem);
+    case Qt::ToolTipRole: {
+        QString tip = QString::fromStdString(e.snapshot.empty() ? e.folder : e.snapshot);
+        if (e.linkedBytes)
+            tip += tr("\n%1 of it in blobs linked from elsewhere").arg(formatBytes(e.linkedBytes));
+        if (!e.problem.empty())
+            tip += QStringLiteral("\n") + QString::fromStdString(e.problem);
+        return tip;
+    }
     case Qt::TextAlignmentRole:
         return index.column() == SizeColumn ? QVariant(Qt::AlignRight | Qt::AlignVCenter) : QVariant();
     case Qt::ForegroundRole:
@@ -68,7 +72,8 @@ QVariant HubCacheModel::headerData(int section, Qt::Orientation orientation, int
     return {};
 }
 
-QString weightsLabel(const HubCacheEntry& e)
+namespace {
+QString weightsKind(const HubCacheEntry& e)
 {
     switch (e.weights) {
     case HubCacheEntry::Weights::All: return QCoreApplication::translate("stowage", "weights downloaded");
@@ -79,6 +84,15 @@ QString weightsLabel(const HubCacheEntry& e)
     case HubCacheEntry::Weights::None: return QCoreApplication::translate("stowage", "no snapshot");
     }
     return {};
+}
+} // namespace
+
+QString weightsLabel(const HubCacheEntry& e)
+{
+    // A weights file that leads outside the entry does not count (opening refuses it): say so.
+    if (!e.snapshot.empty() && !e.problem.empty())
+        return weightsKind(e) + QCoreApplication::translate("stowage", "; a weights file leads outside the cache");
+    return weightsKind(e);
 }
 
 } // namespace stowage

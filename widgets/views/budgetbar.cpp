@@ -1,9 +1,11 @@
 #include "budgetbar.h"
 
 #include "budgetmodel.h"
+#include "budgetscale.h"
 #include "display.h"
 #include "themecolors.h"
 
+#include <QApplication>
 #include <QHelpEvent>
 #include <QKeyEvent>
 #include <QMouseEvent>
@@ -59,15 +61,14 @@ quint64 BudgetBar::scale() const
 int BudgetBar::xForBytes(quint64 bytes) const
 {
     const QRect t = trackRect();
-    const double f = std::min(1.0, double(bytes) / double(scale()));
-    return t.left() + static_cast<int>(std::lround(f * t.width()));
+    return t.left() + static_cast<int>(std::lround(BudgetScale(scale()).position(bytes) * t.width()));
 }
 
 quint64 BudgetBar::bytesForX(int x) const
 {
     const QRect t = trackRect();
     const double f = std::clamp(double(x - t.left()) / double(t.width()), 0.0, 1.0);
-    return static_cast<quint64>(f * double(scale()));
+    return BudgetScale(scale()).bytesAt(f);
 }
 
 void BudgetBar::paintEvent(QPaintEvent*)
@@ -85,7 +86,8 @@ void BudgetBar::paintEvent(QPaintEvent*)
     const quint64 reserved = roleBytes(m_model, m_row, BudgetModel::ReservedRole);
     const quint64 kv = roleBytes(m_model, m_row, BudgetModel::KvReservedRole);
     const bool over = m_model->data(m_model->index(m_row, 0), BudgetModel::OverBudgetRole).toBool();
-    auto xf = [&](quint64 b) { return t.left() + std::min(1.0, double(b) / double(scale())) * t.width(); };
+    const BudgetScale bs(scale());
+    auto xf = [&](quint64 b) { return t.left() + bs.position(b) * t.width(); };
 
     // Track: the device's memory; past it (a budget larger than the card) is tinted.
     QPainterPath track;
@@ -154,8 +156,7 @@ void BudgetBar::dragTo(int x, bool fine)
     if (!m_model)
         return;
     const quint64 s = scale();
-    const quint64 bytes = BudgetModel::snap(bytesForX(x), BudgetModel::step(s, fine));
-    m_model->setBudget(m_row, std::min(bytes, s));
+    m_model->setBudget(m_row, std::min(BudgetScale(s).snap(bytesForX(x), fine), s));
     update();
 }
 
@@ -192,20 +193,19 @@ void BudgetBar::keyPressEvent(QKeyEvent* event)
     if (!m_model)
         return QWidget::keyPressEvent(event);
     const quint64 s = scale();
+    const BudgetScale bs(s);
     const bool fine = event->modifiers() & Qt::ShiftModifier;
-    const quint64 step = BudgetModel::step(s, fine);
     const quint64 budget = roleBytes(m_model, m_row, BudgetModel::BudgetRole);
     const quint64 capacity = roleBytes(m_model, m_row, BudgetModel::CapacityRole);
-    auto down = [&](quint64 by) { return budget > by ? BudgetModel::snap(budget - by, fine ? 1 : step) : 0; };
-    auto up = [&](quint64 by) { return BudgetModel::snap(budget + by, fine ? 1 : step); };
+    // Steps follow the bar's scale: an arrow moves 1/40 of it, Shift 1/400, a page 1/8.
     quint64 next = budget;
     switch (event->key()) {
     case Qt::Key_Left:
-    case Qt::Key_Down: next = down(step); break;
+    case Qt::Key_Down: next = bs.moved(budget, -(fine ? BudgetScale::kFineArrow : BudgetScale::kArrow), fine); break;
     case Qt::Key_Right:
-    case Qt::Key_Up: next = up(step); break;
-    case Qt::Key_PageDown: next = down(10 * step); break;
-    case Qt::Key_PageUp: next = up(10 * step); break;
+    case Qt::Key_Up: next = bs.moved(budget, fine ? BudgetScale::kFineArrow : BudgetScale::kArrow, fine); break;
+    case Qt::Key_PageDown: next = bs.moved(budget, -BudgetScale::kPage, fine); break;
+    case Qt::Key_PageUp: next = bs.moved(budget, BudgetScale::kPage, fine); break;
     case Qt::Key_Home: next = 0; break;
     case Qt::Key_End: next = capacity ? capacity : s; break;
     default: return QWidget::keyPressEvent(event);
@@ -227,14 +227,39 @@ QString BudgetBar::toolTipText() const
                    "Kept free for the KV cache: %4<br>Budget (max_memory): %5")
                     .arg(m_model->data(m_model->index(m_row, BudgetModel::DeviceColumn)).toString(), formatBytes(used),
                          formatBytes(reserved - kv), formatBytes(kv), formatBytes(budget));
-    t += tr("<br><i>Drag the handle (Shift: fine steps), or use ←/→, PgUp/PgDn, Home/End.</i>");
+    const QString problem = m_model->data(m_model->index(m_row, 0), BudgetModel::ProblemRole).toString();
+    if (!problem.isEmpty())
+        t += QStringLiteral("<br><span style='color:#c03030'>%1</span>").arg(problem.toHtmlEscaped());
+    t += tr("<br><i>Drag the handle (Shift: fine steps),<br>or use ←/→, PgUp/PgDn, Home/End.</i>");
     return t;
+}
+
+void BudgetBar::keepToolTipInWindow(const QPoint& cursor) const
+{
+    // Qt keeps a tooltip on its screen, not in the window: a bar near the
+    // window's right edge had its tooltip cut there (a window filling an
+    // Xvfb screen, a window beside another screen). Move the shown tip in.
+    const QRect win(window()->mapToGlobal(QPoint(0, 0)), window()->size());
+    for (QWidget* w : QApplication::topLevelWidgets()) {
+        if (w->objectName() != QLatin1String("qtooltip_label") || !w->isVisible())
+            continue;
+        QRect r = w->frameGeometry(); // move() places the frame
+        if (r.right() > win.right())
+            r.moveRight(win.right());
+        if (r.left() < win.left())
+            r.moveLeft(win.left());
+        if (r.bottom() > win.bottom())
+            r.moveBottom(std::max(win.top() + r.height() - 1, cursor.y() - 4));
+        w->move(r.topLeft());
+    }
 }
 
 bool BudgetBar::event(QEvent* e)
 {
     if (e->type() == QEvent::ToolTip) {
-        QToolTip::showText(static_cast<QHelpEvent*>(e)->globalPos(), toolTipText(), this);
+        const QPoint at = static_cast<QHelpEvent*>(e)->globalPos();
+        QToolTip::showText(at, toolTipText(), this);
+        keepToolTipInWindow(at);
         return true;
     }
     return QWidget::event(e);

@@ -2,9 +2,10 @@
 // One device's budget as a horizontal bar: on one scale it draws the
 // weights the plan puts there, the room the planner keeps free for the
 // largest layer and for the KV cache, the device's memory and the budget
-// handle. Drag the handle (Shift: fine steps), or use the arrow, Page,
-// Home and End keys when focused; each change goes straight into the
-// BudgetModel, which re-plans.
+// handle, on a BudgetScale (linear below a knee, logarithmic above it, so
+// a 3 MiB budget on a 24 GiB card is draggable). Drag the handle (Shift:
+// fine steps), or use the arrow, Page, Home and End keys when focused; each
+// change goes straight into the BudgetModel, which re-plans.
 #include <QPointer>
 #include <QWidget>
 
@@ -39,6 +40,7 @@ private:
     quint64 scale() const;
     void dragTo(int x, bool fine);
     QString toolTipText() const;
+    void keepToolTipInWindow(const QPoint& cursor) const;
 
     QPointer<BudgetModel> m_model;
     int m_row = 0;

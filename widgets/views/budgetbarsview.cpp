@@ -79,6 +79,11 @@ BudgetBar* BudgetBarsView::bar(int row) const { return row >= 0 && row < m_rows.
 
 QLineEdit* BudgetBarsView::edit(int row) const { return row >= 0 && row < m_rows.size() ? m_rows[row].edit : nullptr; }
 
+QLabel* BudgetBarsView::problemLabel(int row) const
+{
+    return row >= 0 && row < m_rows.size() ? m_rows[row].problem : nullptr;
+}
+
 void BudgetBarsView::rebuild()
 {
     // Rows are few (a handful of devices): rebuilding on insert/remove is simplest and keeps focus order right.
@@ -87,6 +92,7 @@ void BudgetBarsView::rebuild()
         delete r.bar;
         delete r.edit;
         delete r.remove;
+        delete r.problem;
     }
     m_rows.clear();
     if (!m_model)
@@ -104,15 +110,23 @@ void BudgetBarsView::rebuild()
         const QString name = QString::fromStdString(m_model->at(i).device.name());
         r.bar->setObjectName(QStringLiteral("budgetBar_") + name);
         r.edit->setObjectName(QStringLiteral("budgetEdit_") + name);
-        m_grid->addWidget(r.label, i, 0);
-        m_grid->addWidget(r.bar, i, 1);
-        m_grid->addWidget(r.edit, i, 2, Qt::AlignTop);
+        r.problem = new QLabel(holder);
+        r.problem->setObjectName(QStringLiteral("budgetProblem_") + name);
+        r.problem->setWordWrap(true);
+        r.problem->setStyleSheet(QStringLiteral("QLabel { color: #c03030; }"));
+        r.problem->hide();
+        // Each device takes two grid rows: the bar, then the words under it (an empty row takes no room).
+        const int gridRow = 2 * i;
+        m_grid->addWidget(r.label, gridRow, 0);
+        m_grid->addWidget(r.bar, gridRow, 1);
+        m_grid->addWidget(r.edit, gridRow, 2, Qt::AlignTop);
+        m_grid->addWidget(r.problem, gridRow + 1, 1, 1, 3);
         if (m_model->at(i).simulated) {
             r.remove = new QToolButton(holder);
             r.remove->setText(QStringLiteral("✕"));
             r.remove->setAutoRaise(true);
             r.remove->setToolTip(tr("Remove this simulated GPU"));
-            m_grid->addWidget(r.remove, i, 3, Qt::AlignTop);
+            m_grid->addWidget(r.remove, gridRow, 3, Qt::AlignTop);
             connect(r.remove, &QToolButton::clicked, this, [this, bar = r.bar] {
                 // Deferred: the click handler must not delete its own button.
                 const int row = bar->row();
@@ -120,14 +134,19 @@ void BudgetBarsView::rebuild()
             });
         }
         connect(r.edit, &QLineEdit::editingFinished, this, [this, bar = r.bar] { applyText(bar->row()); });
-        connect(r.edit, &QLineEdit::textEdited, this, [edit = r.edit] {
-            // Say at once whether it parses; apply on Return or leaving the field.
+        connect(r.edit, &QLineEdit::textEdited, this, [this, bar = r.bar] {
+            // Say at once whether it parses, and why not; apply on Return or leaving the field.
+            const int row = bar->row();
+            QLineEdit* edit = m_rows[row].edit;
+            m_rows[row].textError.clear();
             try {
-                parseSize(edit->text().trimmed().toStdString());
+                parseSize(edit->text().trimmed().toStdString(), deviceLabel(m_model->at(row).device).toStdString());
                 edit->setStyleSheet(QString());
-            } catch (const std::exception&) {
+            } catch (const std::exception& e) {
+                m_rows[row].textError = QString::fromStdString(e.what());
                 edit->setStyleSheet(QString::fromLatin1(kInvalidStyle));
             }
+            showProblem(row);
         });
         m_rows.push_back(r);
         refreshRow(i);
@@ -157,8 +176,23 @@ void BudgetBarsView::refreshRow(int row)
         if (r.edit->text() != text) {
             r.edit->setText(text);
             r.edit->setStyleSheet(QString());
+            r.textError.clear();
         }
     }
+    showProblem(row);
+}
+
+void BudgetBarsView::showProblem(int row)
+{
+    const Row& r = m_rows[row];
+    QString text = m_model->problem(row);
+    if (!r.textError.isEmpty()) {
+        // "GPU 0: 'abc' is not a valid size (…); the budget stays 3.00 MiB."
+        text = tr("%1; the budget stays %2.").arg(r.textError, formatBytes(m_model->at(row).budget)) +
+               (text.isEmpty() ? QString() : QStringLiteral(" ") + text);
+    }
+    r.problem->setText(text);
+    r.problem->setVisible(!text.isEmpty());
 }
 
 void BudgetBarsView::applyText(int row)
@@ -168,13 +202,16 @@ void BudgetBarsView::applyText(int row)
     QLineEdit* edit = m_rows[row].edit;
     const QString error = m_model->setBudgetText(row, edit->text());
     if (!error.isEmpty()) {
-        // Keep the last good budget; say why in the tooltip.
+        // Keep the last good budget; say why under the bar and in the tooltip.
         edit->setStyleSheet(QString::fromLatin1(kInvalidStyle));
         edit->setToolTip(error);
+        m_rows[row].textError = error;
+        showProblem(row);
         return;
     }
     edit->setModified(false);
     edit->setStyleSheet(QString());
+    m_rows[row].textError.clear();
     refreshRow(row);
 }
 

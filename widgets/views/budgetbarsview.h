@@ -23,6 +23,9 @@ public:
     explicit BudgetBarsView(BudgetModel* model, QWidget* parent = nullptr);
     BudgetBar* bar(int row) const;
     QLineEdit* edit(int row) const;
+    // The words under a bar saying why its budget cannot be (larger than the
+    // device, a size that does not parse, a disk too small); hidden when none.
+    QLabel* problemLabel(int row) const;
     QToolButton* addGpuButton() const { return m_add; }
     // Adds a simulated GPU of a preset ("h100-80gb"); false for an unknown name.
     bool addPresetGpu(const QString& preset);
@@ -37,10 +40,13 @@ private:
         BudgetBar* bar = nullptr;
         QLineEdit* edit = nullptr;
         QToolButton* remove = nullptr;
+        QLabel* problem = nullptr;
+        QString textError; // why the field's text is not a size; empty when it is
     };
     void rebuild();
     void refreshRow(int row);
     void applyText(int row);
+    void showProblem(int row);
 
     QPointer<BudgetModel> m_model;
     QGridLayout* m_grid = nullptr;

@@ -48,6 +48,8 @@ public:
 private:
     void openIndex(const std::string& indexPath);
     void openSingle(const std::string& file);
+    // Whether `file` (resolving to `real`) may be read: inside m_trustRoot, or by a Hub cache entry's rule.
+    bool mayRead(const std::string& file, const std::string& real) const;
     void addShardTensors(int shard, std::vector<TensorInfo> tensors);
 
     std::string m_folder;

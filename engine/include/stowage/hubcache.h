@@ -15,8 +15,10 @@ struct HubCacheEntry {
     std::string repoId;   // "meta-llama/Llama-3.1-8B"
     std::string folder;   // .../models--meta-llama--Llama-3.1-8B
     std::string snapshot; // hubSnapshot(folder); empty when it has none or fails
-    std::string problem;  // why `snapshot` is empty when hubSnapshot threw (a broken refs/main)
-    uint64_t diskBytes = 0; // files under blobs/ (what the entry takes on disk)
+    std::string problem;  // why `snapshot` is empty when hubSnapshot threw (a broken refs/main), or
+                          // why a weights file does not count: it leads outside the entry (hubEntryMayRead)
+    uint64_t diskBytes = 0; // files under blobs/ (what the entry takes on disk), links to files followed
+    uint64_t linkedBytes = 0; // the part of diskBytes in blobs that are links to files elsewhere
     Weights weights = Weights::None;
     int shardsPresent = 0, shardsTotal = 0;
     bool operator==(const HubCacheEntry& o) const;
@@ -28,6 +30,15 @@ struct HubCacheEntry {
 // Throws InputError naming refs/main when it names no snapshot in
 // snapshots/, and naming the entry when snapshots/ is empty.
 std::optional<std::string> hubSnapshot(const std::string& entry);
+
+// The one rule for reading a file of a Hub cache entry, which the scan and
+// Checkpoint::open share: `file` (a path in one of the entry's snapshots)
+// may be read when it exists and resolves inside `entry`, or when it links
+// into the entry's blobs/ folder, whose blobs may themselves be links to
+// files elsewhere (a cache whose blobs were moved to a bigger disk: only the
+// user makes those; the Hub writes real files there). A snapshot file that
+// links anywhere else may not. Paths need not be canonical.
+bool hubEntryMayRead(const std::string& entry, const std::string& file);
 
 // HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub: those set, cleaned,
 // without duplicates, in that order (whether they exist or not).

@@ -99,6 +99,12 @@ struct MapCheck {
 };
 // Validates a user-supplied map against the tree.
 MapCheck validateDeviceMap(const ModuleTree& tree, const DeviceMap& map);
+// Checks a user's map against the devices it will be given: a GPU that
+// `budgets` does not list is an error (there is no such device), and a GPU
+// or the CPU that gets more bytes (bytesPerDevice) than its budget is a
+// warning. The disk is not checked (it is unlimited, as for the planner).
+// Each subject is the first map key that sends weights to that device.
+MapCheck checkDeviceMapFits(const ModuleTree& tree, const DeviceMap& map, const Budgets& budgets);
 // Whether `name` is `module` or lies under it ("" is the whole model); the
 // prefix rule device-map keys and execution units share.
 bool isUnder(const std::string& name, const std::string& module);

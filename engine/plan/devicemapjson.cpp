@@ -99,7 +99,9 @@ MapCheck checkDeviceMapFits(const ModuleTree& tree, const DeviceMap& map, const 
     std::string known;
     for (const DeviceBudget& b : budgets)
         known += (known.empty() ? "" : ", ") + label(b.device);
-    for (const auto& [device, bytes] : bytesPerDevice(tree, map)) {
+    for (const auto& entry : bytesPerDevice(tree, map)) {
+        const Device device = entry.first; // a copy: C++17 lambdas cannot capture a structured binding
+        const uint64_t bytes = entry.second;
         if (device.kind == Device::Disk || bytes == 0)
             continue;
         std::string firstKey;

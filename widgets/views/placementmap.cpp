@@ -215,7 +215,7 @@ void PlacementMap::paintEvent(QPaintEvent*)
         const QString name = run.deviceCode >= 0 ? deviceLabel(deviceFromCode(run.deviceCode))
                                                  : run.deviceCode == MixedCode ? tr("split") : tr("unmapped");
         const int layers = run.last - run.first + 1;
-        QString label = tr("%1 · %2 · %n block(s)", nullptr, layers).arg(name, formatBytes(run.bytes));
+        QString label = tr("%1 · %2 · %3").arg(name, formatBytes(run.bytes), countOf(layers, tr("block"), tr("blocks")));
         const int w = int(x1 - x0);
         if (sfm.horizontalAdvance(label) > w)
             label = name;

@@ -2,6 +2,7 @@
 
 #include "budgetbarsview.h"
 #include "budgetmodel.h"
+#include "calibration.h"
 #include "devicemapmodel.h"
 #include "display.h"
 #include "moduletreemodel.h"
@@ -24,6 +25,7 @@
 #include <QListWidget>
 #include <QSplitter>
 #include <QTableView>
+#include <QToolButton>
 #include <QVBoxLayout>
 
 namespace stowage {
@@ -65,6 +67,8 @@ PlanningPage::PlanningPage(ModuleTreeModel* treeModel, QWidget* parent) : QWidge
     m_budgets = new BudgetModel(this);
     m_mapModel = new DeviceMapModel(this);
     m_prediction = new PredictionModel(this);
+    m_calibration = new Calibration(QString::fromStdString(thisCpuKey()), this);
+    connect(m_calibration, &Calibration::changed, this, &PlanningPage::predict);
 
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(0, 0, 0, 0);
@@ -170,8 +174,33 @@ QWidget* PlanningPage::buildPrediction()
     const int rowH = m_predictionView->verticalHeader()->defaultSectionSize();
     m_predictionView->setFixedHeight(rowH * 3 + m_predictionView->horizontalHeader()->sizeHint().height() + 4);
     l->addWidget(m_predictionView);
+    auto* calRow = new QHBoxLayout;
+    m_calibrationNote = new QLabel(box);
+    m_calibrationNote->setObjectName("calibrationNote");
+    m_calibrationNote->setWordWrap(true);
+    m_calibrationNote->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    m_resetCalibration = new QToolButton(box);
+    m_resetCalibration->setObjectName("resetCalibration");
+    m_resetCalibration->setText(tr("Reset calibration"));
+    m_resetCalibration->setToolTip(tr("Forget what this machine's runs measured; show the cost model's own predictions"));
+    connect(m_resetCalibration, &QToolButton::clicked, m_calibration, &Calibration::reset);
+    calRow->addWidget(m_calibrationNote, 1);
+    calRow->addWidget(m_resetCalibration);
+    l->addLayout(calRow);
     return box;
 }
+
+bool PlanningPage::predictsThisMachine() const
+{
+    if (!m_thisMachine || !m_thisMachine->measured)
+        return false;
+    for (int r = 0; r < m_budgets->rowCount(); ++r)
+        if (m_budgets->at(r).simulated)
+            return false;
+    return true;
+}
+
+QString PlanningPage::calibrationText() const { return m_calibrationNote->text(); }
 
 void PlanningPage::setModel(std::shared_ptr<const ModuleTree> baseTree, std::optional<ModelConfig> config,
                             DType autoDType, const QString& modelPath)
@@ -416,10 +445,19 @@ void PlanningPage::predict()
     }
     QStringList assumptions;
     const HardwareProfile hw = predictionProfile(&assumptions);
+    const bool calibrate = predictsThisMachine();
     QVector<Prediction> rows;
+    QStringList calibrated;
     for (ExecutionPolicy pol : kPolicies) {
         Prediction pr;
         pr.policy = pol;
+        if (calibrate) {
+            const Calibration::Factor f = m_calibration->factor(pol);
+            pr.factor = f.factor;
+            pr.calibrationRuns = f.runs;
+            if (f.runs > 0)
+                calibrated << m_calibration->describe(pol);
+        }
         try {
             pr.estimate = estimateDecode(*m_plan, *m_tree, hw, pol);
         } catch (const std::exception& e) {
@@ -428,6 +466,15 @@ void PlanningPage::predict()
         rows.push_back(pr);
     }
     m_prediction->setPredictions(rows);
+    const int runs = m_calibration->totalRuns();
+    if (!calibrated.isEmpty())
+        m_calibrationNote->setText(tr("Calibrated by this machine's runs: %1.").arg(calibrated.join(QStringLiteral("; "))));
+    else if (runs > 0)
+        m_calibrationNote->setText(tr("Not calibrated: %1 on this machine calibrate plans for it as it is, without simulated GPUs.")
+                                       .arg(countOf(runs, tr("run"), tr("runs"))));
+    else
+        m_calibrationNote->setText(tr("Uncalibrated: runs on this machine (Run page) teach the prediction how fast it really is."));
+    m_resetCalibration->setEnabled(runs > 0);
     m_hardware->setText(tr("Assumes %1.").arg(assumptions.join(QStringLiteral("; "))));
     m_predictionView->resizeColumnToContents(PredictionModel::PolicyColumn);
     m_predictionView->resizeColumnToContents(PredictionModel::SpeedColumn);

@@ -23,11 +23,13 @@ class QComboBox;
 class QLabel;
 class QListWidget;
 class QTableView;
+class QToolButton;
 
 namespace stowage {
 
 class BudgetBarsView;
 class BudgetModel;
+class Calibration;
 class DeviceMapModel;
 class ModuleTreeModel;
 class PlacementMap;
@@ -71,6 +73,12 @@ public:
     PlacementMap* placementMap() const { return m_placement; }
     DeviceMapModel* deviceMapModel() const { return m_mapModel; }
     PredictionModel* predictionModel() const { return m_prediction; }
+    // This machine's measured/predicted ratios per policy (the Run page adds runs).
+    Calibration* calibration() const { return m_calibration; }
+    // True when the prediction is for this machine as it is: measured host
+    // figures and no simulated GPU, so runs can calibrate it.
+    bool predictsThisMachine() const;
+    QString calibrationText() const;
     QComboBox* assumedGpuBox() const { return m_assumeGpu; }
     QListWidget* problemList() const { return m_problems; }
     std::shared_ptr<const Plan> plan() const { return m_plan; }
@@ -132,6 +140,9 @@ private:
     std::optional<KvReserve> m_kv;
     QString m_importedFrom;
     std::optional<HardwareProfile> m_thisMachine;
+    Calibration* m_calibration = nullptr;
+    QLabel* m_calibrationNote = nullptr;
+    QToolButton* m_resetCalibration = nullptr;
 };
 
 } // namespace stowage

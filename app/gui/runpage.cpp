@@ -317,6 +317,11 @@ QWidget* RunPage::buildControls()
     m_speed = new QLabel(genBox);
     m_speed->setObjectName("tokensPerSecond");
     gf->addRow(m_speed);
+    m_predicted = new QLabel(genBox);
+    m_predicted->setObjectName("predictedVsMeasured");
+    m_predicted->setWordWrap(true);
+    m_predicted->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    gf->addRow(m_predicted);
     v->addWidget(genBox);
 
     auto* teachBox = new QGroupBox(tr("Teaching mode"), panel);
@@ -478,6 +483,8 @@ void RunPage::modelOpened(const QString& cannotRun)
     m_lastDone = DoneInfo();
     m_firstTokenAt = -1;
     m_speed->clear();
+    m_predicted->clear();
+    m_loadedBytes.clear();
     m_stepping = false;
     m_newContext = true;
     m_samples->clear();
@@ -507,6 +514,9 @@ void RunPage::dispatch()
         return;
     }
     m_running = m_planning->planState();
+    m_runCalibrates = m_planning->predictsThisMachine();
+    m_predicted->clear();
+    m_loadedBytes.clear();
     m_messageBar->hide();
     m_samples->clear();
     m_trace->setUnits({});
@@ -609,6 +619,7 @@ void RunPage::onLoaded(const LoadedInfo& info)
     m_status->setText(tr("Loaded %1 in %2 s: %3 execution units.").arg(info.modelType).arg(info.loadSeconds, 0, 'f', 2).arg(info.units.size()));
     m_trace->setUnits(info.units);
     m_charts->setDispatchBytes(info.devices);
+    m_loadedBytes = info.devices;
     m_hasTokenizer = info.hasTokenizer;
     m_chat->setHasTokenizer(m_hasTokenizer);
     m_prompt->setPlaceholderText(m_hasTokenizer ? tr("Prompt (empty: the model's start token)")
@@ -727,6 +738,7 @@ void RunPage::onDone(const DoneInfo& d)
                              .arg(d.tokenIds.size())
                              .arg(d.prefillSeconds, 0, 'f', 2)
                              .arg(d.tokensPerSecond, 0, 'f', 1));
+        showPredictedAgainstMeasured(d);
     } else if (d.stopped) {
         // Stopped mid-step: the token was not finished, so the next step
         // starts again from the prompt.
@@ -760,5 +772,6 @@ QString RunPage::messageText() const { return m_messageBar->isVisible() ? m_mess
 QString RunPage::statusText() const { return m_status->text(); }
 QString RunPage::captionText() const { return m_caption->text(); }
 QString RunPage::tokensPerSecondText() const { return m_speed->text(); }
+QString RunPage::predictedText() const { return m_predicted->text(); }
 
 } // namespace stowage

@@ -78,6 +78,8 @@ public:
     QString statusText() const;
     QString captionText() const;
     QString tokensPerSecondText() const;
+    // "Predicted 2,038 tok/s · measured 331 tok/s: 0.16× the model · …"; empty before a run.
+    QString predictedText() const;
     // Why the worker's state and the page's controls differ, in words: the
     // policy chosen since Dispatch, a plan changed since Dispatch, a model
     // that cannot run here. Empty when Generate runs what the page shows.
@@ -118,6 +120,9 @@ private:
     void onTrace(const QVector<TraceSpan>& spans);
     void onDone(const DoneInfo& info);
     void showCaption(const TraceSpan& span);
+    // After a generation: the dispatched plan's prediction for the loaded
+    // policy next to what was measured, and the run added to the calibration.
+    void showPredictedAgainstMeasured(const DoneInfo& info);
     void resetTeaching();
     void onPlanChanged();
     void showPreview();
@@ -157,6 +162,7 @@ private:
     QSpinBox* m_unitDelay = nullptr;
     QLabel* m_caption = nullptr;
     QLabel* m_speed = nullptr;
+    QLabel* m_predicted = nullptr; // the run just made against its prediction
     QPlainTextEdit* m_output = nullptr;
     QWidget* m_messageBar = nullptr;
     QLabel* m_message = nullptr;
@@ -165,6 +171,8 @@ private:
     PlanState m_running; // the plan of the last Dispatch
     QString m_cannotRun;    // why the open model cannot run (index only), or empty
     bool m_stepping = false;
+    bool m_runCalibrates = false;       // the dispatched prediction was for this machine as measured
+    QVector<DeviceBytes> m_loadedBytes; // planned and resident bytes per device, from the worker
     QHash<QString, TraceSpan> m_moved; // teaching mode: per unit, what the current step moved
     int m_movedStep = -1;
     bool m_hasTokenizer = true;

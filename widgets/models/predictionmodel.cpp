@@ -44,7 +44,7 @@ QVariant PredictionModel::data(const QModelIndex& index, int role) const
         return {};
     const Prediction& p = m_rows[index.row()];
     switch (role) {
-    case TokensPerSecondRole: return p.estimate.tokensPerSecond;
+    case TokensPerSecondRole: return p.tokensPerSecond();
     case SharesRole: {
         QVariantList list;
         for (const DeviceShare& d : p.estimate.devices)
@@ -59,6 +59,12 @@ QVariant PredictionModel::data(const QModelIndex& index, int role) const
         if (!p.error.isEmpty())
             return p.error;
         QStringList lines{policyDescription(p.policy)};
+        if (p.calibrationRuns > 0)
+            lines << tr("The cost model predicts %1; this machine's %2 measured %3× that on average, so %4 is shown.")
+                         .arg(formatSpeed(p.estimate.tokensPerSecond),
+                              countOf(p.calibrationRuns, tr("run"), tr("runs")),
+                              QLocale(QLocale::English).toString(p.factor, 'f', p.factor < 0.1 ? 3 : 2),
+                              formatSpeed(p.tokensPerSecond()));
         for (const DeviceShare& d : p.estimate.devices)
             lines << tr("%1: %2 of weights, %3 ms per token (%4 %), limited by %5")
                          .arg(deviceLabel(d.device), formatBytes(d.weightBytes))
@@ -72,7 +78,11 @@ QVariant PredictionModel::data(const QModelIndex& index, int role) const
     }
     switch (index.column()) {
     case PolicyColumn: return policyLabel(p.policy);
-    case SpeedColumn: return p.error.isEmpty() ? formatSpeed(p.estimate.tokensPerSecond) : tr("no estimate");
+    case SpeedColumn:
+        if (!p.error.isEmpty())
+            return tr("no estimate");
+        return p.calibrationRuns > 0 ? tr("%1 (calibrated)").arg(formatSpeed(p.tokensPerSecond()))
+                                     : formatSpeed(p.estimate.tokensPerSecond);
     case SharesColumn: {
         QStringList parts;
         for (const DeviceShare& d : p.estimate.devices)

@@ -12,6 +12,11 @@ struct Prediction {
     ExecutionPolicy policy = ExecutionPolicy::AccelerateLike;
     CostEstimate estimate;
     QString error; // why there is no estimate (a hand-made profile with a zero rate)
+    // What this machine's runs say of the model (Calibration): the speed
+    // shown is the model's times `factor`, learned from `calibrationRuns`.
+    double factor = 1.0;
+    int calibrationRuns = 0;
+    double tokensPerSecond() const { return estimate.tokensPerSecond * factor; }
 };
 
 class PredictionModel : public QAbstractTableModel {

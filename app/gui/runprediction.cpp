@@ -11,15 +11,10 @@
 #include "samplesmodel.h"
 
 #include <QLabel>
-#include <QLocale>
 
 #include <algorithm>
 
 namespace stowage {
-
-namespace {
-QString ratioText(double r) { return QLocale(QLocale::English).toString(r, 'f', r < 0.1 ? 3 : 2); }
-} // namespace
 
 void RunPage::showPredictedAgainstMeasured(const DoneInfo& d)
 {
@@ -41,10 +36,10 @@ void RunPage::showPredictedAgainstMeasured(const DoneInfo& d)
     QStringList parts;
     parts << (before.runs > 0 ? tr("Predicted %1 (the model's %2 × %3 calibrated)")
                                     .arg(PredictionModel::formatSpeed(model * before.factor),
-                                         PredictionModel::formatSpeed(model), ratioText(before.factor))
+                                         PredictionModel::formatSpeed(model), Calibration::formatFactor(before.factor))
                               : tr("Predicted %1").arg(PredictionModel::formatSpeed(model)));
     parts << tr("measured %1: %2× the model")
-                 .arg(PredictionModel::formatSpeed(d.tokensPerSecond), ratioText(d.tokensPerSecond / model));
+                 .arg(PredictionModel::formatSpeed(d.tokensPerSecond), Calibration::formatFactor(d.tokensPerSecond / model));
     const int decodeTokens = std::max(0, int(d.tokenIds.size()) - 1);
     if (!m_runCalibrates)
         parts << tr("not used to calibrate: the prediction is not for this machine as measured (simulated GPUs, "

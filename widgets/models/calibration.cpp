@@ -90,8 +90,13 @@ QString Calibration::describe(ExecutionPolicy policy) const
     if (f.runs == 0)
         return {};
     return QCoreApplication::translate("stowage", "this machine runs %1 at %2× the model's prediction, from %3")
-        .arg(policyLabel(policy).toLower(), QLocale(QLocale::English).toString(f.factor, 'f', f.factor < 0.1 ? 3 : 2),
+        .arg(policyLabel(policy).toLower(), formatFactor(f.factor),
              countOf(f.runs, QCoreApplication::translate("stowage", "run"), QCoreApplication::translate("stowage", "runs")));
+}
+
+QString Calibration::formatFactor(double factor)
+{
+    return QLocale(QLocale::English).toString(factor, 'f', factor < 0.1 ? 3 : 2);
 }
 
 void Calibration::save() const

@@ -38,6 +38,8 @@ public:
     // "this machine runs prefetch at 0.92× the model's prediction, from 6 runs";
     // empty with no runs.
     QString describe(ExecutionPolicy policy) const;
+    // A factor as the window writes it: "0.92", "0.047".
+    static QString formatFactor(double factor);
 
 signals:
     void changed();

@@ -1,5 +1,6 @@
 #include "predictionmodel.h"
 
+#include "calibration.h"
 #include "display.h"
 
 #include <QCoreApplication>
@@ -63,7 +64,7 @@ QVariant PredictionModel::data(const QModelIndex& index, int role) const
             lines << tr("The cost model predicts %1; this machine's %2 measured %3× that on average, so %4 is shown.")
                          .arg(formatSpeed(p.estimate.tokensPerSecond),
                               countOf(p.calibrationRuns, tr("run"), tr("runs")),
-                              QLocale(QLocale::English).toString(p.factor, 'f', p.factor < 0.1 ? 3 : 2),
+                              Calibration::formatFactor(p.factor),
                               formatSpeed(p.tokensPerSecond()));
         for (const DeviceShare& d : p.estimate.devices)
             lines << tr("%1: %2 of weights, %3 ms per token (%4 %), limited by %5")

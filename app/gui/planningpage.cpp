@@ -473,7 +473,7 @@ void PlanningPage::predict()
         m_calibrationNote->setText(tr("Not calibrated: %1 on this machine calibrate plans for it as it is, without simulated GPUs.")
                                        .arg(countOf(runs, tr("run"), tr("runs"))));
     else
-        m_calibrationNote->setText(tr("Uncalibrated: runs on this machine (Run page) teach the prediction how fast it really is."));
+        m_calibrationNote->setText(tr("Uncalibrated: runs on this machine without simulated GPUs (Run page) teach the prediction how fast it really is."));
     m_resetCalibration->setEnabled(runs > 0);
     m_hardware->setText(tr("Assumes %1.").arg(assumptions.join(QStringLiteral("; "))));
     m_predictionView->resizeColumnToContents(PredictionModel::PolicyColumn);

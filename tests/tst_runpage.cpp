@@ -8,10 +8,12 @@
 // generates are printed (the figure is the deliverable; the assertion is a
 // hang guard only).
 #include "budgetmodel.h"
+#include "calibration.h"
 #include "display.h"
 #include "fixtures.h"
 #include "mainwindow.h"
 #include "placementmap.h"
+#include "predictionmodel.h"
 #include "planningpage.h"
 #include "runcharts.h"
 #include "runcontroller.h"
@@ -29,6 +31,8 @@
 #include <QSignalSpy>
 #include <QTabWidget>
 #include <QSet>
+#include <QSettings>
+#include <QToolButton>
 #include <QtTest>
 
 #include <algorithm>
@@ -125,6 +129,7 @@ private slots:
     void openingAnotherModelResetsTheRunPage();
     void generateWithNothingLoadedDoesNothing();
     void stopMidStepSaysSo();
+    void runsCalibrateThePrediction();
 };
 
 void TestRunPage::initTestCase()
@@ -520,6 +525,81 @@ void TestRunPage::runAndPredictionDescribeOneMachine()
              QString("NVIDIA A100 80GB"));
     // And the worker runs with it.
     QVERIFY2(dispatchAndWait(run), qPrintable(run->messageText()));
+}
+
+void TestRunPage::runsCalibrateThePrediction()
+{
+    // The page shows the dispatched plan's prediction next to the measured
+    // speed; a run of a plan for this machine as measured teaches the
+    // calibration, so the planning page's prediction for that policy becomes
+    // the measured speed after one run (the geometric mean of one ratio).
+    QSettings().remove("prediction/calibration");
+    MainWindow w(options());
+    QVERIFY(open(w, m_demo));
+    PlanningPage* planning = w.planningPage();
+    HardwareProfile host = hardwareFromSpec(m_slowProfile.toStdString());
+    host.gpus.clear();
+    host.measured = true;
+    planning->setThisMachine(host);
+    QVERIFY(planning->predictsThisMachine());
+    auto row = [&](ExecutionPolicy p) {
+        const auto& rows = planning->predictionModel()->predictions();
+        const auto it = std::find_if(rows.begin(), rows.end(), [&](const Prediction& r) { return r.policy == p; });
+        return it == rows.end() ? Prediction() : *it;
+    };
+    auto speedText = [&](ExecutionPolicy p) {
+        const auto& rows = planning->predictionModel()->predictions();
+        for (int i = 0; i < rows.size(); ++i)
+            if (rows[i].policy == p)
+                return planning->predictionModel()->index(i, PredictionModel::SpeedColumn).data().toString();
+        return QString();
+    };
+    QCOMPARE(row(ExecutionPolicy::Prefetch).calibrationRuns, 0);
+    const double model = row(ExecutionPolicy::Prefetch).estimate.tokensPerSecond;
+    QVERIFY(model > 0);
+    QVERIFY(!speedText(ExecutionPolicy::Prefetch).contains("calibrated"));
+    auto* reset = planning->findChild<QToolButton*>("resetCalibration");
+    QVERIFY(reset && !reset->isEnabled());
+
+    RunPage* run = w.runPage();
+    QVERIFY(run->setPolicy("prefetch"));
+    run->setPrompt("And God said");
+    run->setMaxNewTokens(8);
+    run->setGreedy(true);
+    run->setIgnoreEos(true);
+    run->setOffloadFolder(m_tmp.path() + "/off-calibration");
+    QVERIFY2(dispatchAndWait(run), qPrintable(run->messageText()));
+    QVERIFY(generateAndWait(run));
+    const double measured = run->lastDone().tokensPerSecond;
+    QVERIFY(measured > 0);
+    const QString said = run->predictedText();
+    QVERIFY2(said.startsWith("Predicted " + PredictionModel::formatSpeed(model)), qPrintable(said));
+    QVERIFY2(said.contains("measured " + PredictionModel::formatSpeed(measured)), qPrintable(said));
+    QVERIFY2(said.contains("now this machine runs prefetch at") && said.contains("from 1 run"), qPrintable(said));
+    QVERIFY2(said.contains("Weights: CPU"), qPrintable(said));
+
+    const Prediction calibrated = row(ExecutionPolicy::Prefetch);
+    QCOMPARE(calibrated.calibrationRuns, 1);
+    QVERIFY(std::abs(calibrated.tokensPerSecond() / measured - 1) < 1e-9);
+    QVERIFY(speedText(ExecutionPolicy::Prefetch).contains("(calibrated)"));
+    QCOMPARE(row(ExecutionPolicy::AccelerateLike).calibrationRuns, 0);
+    QVERIFY2(planning->calibrationText().contains("this machine runs prefetch at"), qPrintable(planning->calibrationText()));
+    QVERIFY(reset->isEnabled());
+
+    // A simulated GPU: the prediction is for another machine, so it is not
+    // calibrated, and says why.
+    const int simulated = w.budgetModel()->addSimulatedGpu("NVIDIA H100 80GB", "h100-80gb", 80000000000);
+    QVERIFY(!planning->predictsThisMachine());
+    QCOMPARE(row(ExecutionPolicy::Prefetch).calibrationRuns, 0);
+    QVERIFY2(planning->calibrationText().startsWith("Not calibrated"), qPrintable(planning->calibrationText()));
+    QVERIFY(w.budgetModel()->removeSimulatedGpu(simulated));
+    QCOMPARE(row(ExecutionPolicy::Prefetch).calibrationRuns, 1);
+
+    // Reset forgets it, here and after a restart.
+    reset->click();
+    QCOMPARE(row(ExecutionPolicy::Prefetch).calibrationRuns, 0);
+    QVERIFY(!speedText(ExecutionPolicy::Prefetch).contains("calibrated"));
+    QCOMPARE(Calibration(planning->calibration()->machine()).totalRuns(), 0);
 }
 
 QTEST_MAIN(TestRunPage)

@@ -194,6 +194,18 @@ void TestCli::planWritesMapReportAndChecksUserMaps()
     auto check = fixtures::runCli({"plan", QString::fromStdString(m_distil), "--device-map", dir + "/map.json",
                                    "--explain"});
     QCOMPARE(check.exitCode, 0);
+    // with budgets given, the map must fit them: a GPU they do not list is an error, a device over its budget a warning
+    auto noGpu = fixtures::runCli({"plan", QString::fromStdString(m_distil), "--dtype", "float16", "--device-map",
+                                   dir + "/map.json", "--max-memory", "cpu=10GB"});
+    QCOMPARE(noGpu.exitCode, 2);
+    QVERIFY2(noGpu.err.contains("map.json: the map puts ") && noGpu.err.contains(" on GPU 0, which is not one of the devices (cpu)"),
+             noGpu.err.constData());
+    QCOMPARE(noGpu.err.count('\n'), 1);
+    auto over = fixtures::runCli({"plan", QString::fromStdString(m_distil), "--dtype", "float16", "--device-map",
+                                  dir + "/map.json", "--max-memory", "0=10MB", "--max-memory", "cpu=10GB"});
+    QCOMPARE(over.exitCode, 0);
+    QVERIFY2(over.err.contains("warning: the map puts ") && over.err.contains(" on GPU 0, more than its budget of 9.54 MiB"),
+             over.err.constData());
     fixtures::writeJson((dir + "/bad.json").toStdString(), {{"transformer", 0}});
     auto bad = fixtures::runCli({"plan", QString::fromStdString(m_distil), "--device-map", dir + "/bad.json"});
     QCOMPARE(bad.exitCode, 2);

@@ -56,7 +56,15 @@ int planCommand(const std::vector<std::string>& argv)
     std::vector<std::string> warnings;
     if (auto mapFile = a.value("--device-map")) {
         // Check the user's map instead of computing one.
-        plan = planFromDeviceMap(tree, loadDeviceMap(*mapFile, tree, &warnings), "given in " + *mapFile);
+        const DeviceMap map = loadDeviceMap(*mapFile, tree, &warnings);
+        if (o.maxMemory) {
+            // Budgets given: the map must fit the devices they name, as the window checks an imported map.
+            const MapCheck fits = checkDeviceMapFits(tree, map, *o.maxMemory);
+            if (!fits.errors.empty())
+                throw InputError(*mapFile, fits.errors[0]);
+            warnings.insert(warnings.end(), fits.warnings.begin(), fits.warnings.end());
+        }
+        plan = planFromDeviceMap(tree, map, "given in " + *mapFile);
     } else {
         plan = planDeviceMap(tree, o);
     }

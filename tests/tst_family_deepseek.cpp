@@ -421,6 +421,46 @@ void TestFamilyDeepseek::kvReservePerLayer()
     r = kvReserveFor(ModelConfig::parse(pj.dump(), "config.json"), t, 10, 1, DType::F32);
     QVERIFY(r->layerBytes.empty());
     QCOMPARE(r->bytesPerLayer, uint64_t(2 * 10 * 2 * 8 * 4));
+    // Mistral: sliding_window absent is MistralConfig's 4096, so context 5,000
+    // keeps 4,096 positions a layer: 2 x 4,096 x 2 x 16 x 2 (bf16) = 524,288;
+    // null keeps all 5,000: 2 x 5,000 x 2 x 16 x 2 = 640,000, the uniform form.
+    auto mj = nlohmann::json::parse(R"({"model_type": "mistral", "hidden_size": 64, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "num_hidden_layers": 2, "intermediate_size": 128, "vocab_size": 50})");
+    r = kvReserveFor(ModelConfig::parse(mj.dump(), "config.json"), t, 5000, 1, DType::BF16);
+    QCOMPARE(r->layerBytes, (std::vector<uint64_t>{524'288, 524'288}));
+    mj["sliding_window"] = nullptr;
+    r = kvReserveFor(ModelConfig::parse(mj.dump(), "config.json"), t, 5000, 1, DType::BF16);
+    QVERIFY(r->layerBytes.empty());
+    QCOMPARE(r->bytesPerLayer, uint64_t(640'000));
+    // Mixtral: no window unless sliding_window is set (here 8: 2 x 8 x 2 x 16 x 2 = 1,024).
+    auto xj = mj;
+    xj["model_type"] = "mixtral";
+    xj.erase("sliding_window");
+    r = kvReserveFor(ModelConfig::parse(xj.dump(), "config.json"), t, 5000, 1, DType::BF16);
+    QVERIFY(r->layerBytes.empty());
+    xj["sliding_window"] = 8;
+    r = kvReserveFor(ModelConfig::parse(xj.dump(), "config.json"), t, 5000, 1, DType::BF16);
+    QCOMPARE(r->layerBytes, (std::vector<uint64_t>{1'024, 1'024}));
+    // Qwen2, 3 layers, sliding_window 8: ignored without use_sliding_window;
+    // with it, layers from max_window_layers (1) on slide: 1,024 each, layer 0
+    // all 5,000 positions (640,000).
+    auto qj = mj;
+    qj["model_type"] = "qwen2";
+    qj["num_hidden_layers"] = 3;
+    qj["sliding_window"] = 8;
+    qj["max_window_layers"] = 1;
+    r = kvReserveFor(ModelConfig::parse(qj.dump(), "config.json"), t, 5000, 1, DType::BF16);
+    QVERIFY(r->layerBytes.empty());
+    qj["use_sliding_window"] = true;
+    r = kvReserveFor(ModelConfig::parse(qj.dump(), "config.json"), t, 5000, 1, DType::BF16);
+    QCOMPARE(r->layerBytes, (std::vector<uint64_t>{640'000, 1'024, 1'024}));
+    // Qwen3-MoE with use_sliding_window and no sliding_window: every layer, 4,096 positions.
+    auto q3 = mj;
+    q3.erase("sliding_window");
+    q3["model_type"] = "qwen3_moe";
+    q3["use_sliding_window"] = true;
+    r = kvReserveFor(ModelConfig::parse(q3.dump(), "config.json"), t, 5000, 1, DType::BF16);
+    QCOMPARE(r->layerBytes, (std::vector<uint64_t>{524'288, 524'288}));
     // A family without windows keeps its old number and no per-layer list.
     const auto llama = ModelConfig::parse(R"({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
         "num_key_value_heads": 2, "num_hidden_layers": 2, "intermediate_size": 128, "vocab_size": 50})",

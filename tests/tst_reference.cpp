@@ -98,6 +98,13 @@ void TestReference::matchesReference_data()
         QTest::addRow("mixtral bf16 %s", placement)
             << QStringList{"--family", "mixtral", "--dtype", "bfloat16"} << placement << false;
     }
+    // Sliding windows of 3 positions (prompt 6, 24 steps): the masks, and the
+    // caches that keep window - 1 positions as 5.6's DynamicSlidingWindowLayer.
+    for (const char* family : {"mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe"})
+        QTest::addRow("%s sliding window 3 cpu", family)
+            << QStringList{"--family", family, "--sliding-window", "3"} << "cpu" << false;
+    QTest::addRow("mistral bf16 sliding window 3 layers in ram and on disk")
+        << QStringList{"--family", "mistral", "--dtype", "bfloat16", "--sliding-window", "3"} << "ram-disk-gpu" << false;
     QTest::addRow("qwen3_moe norm_topk_prob false cpu")
         << QStringList{"--family", "qwen3_moe", "--no-norm-topk"} << "cpu" << false;
     // The planned maps above put these tiny MoE models' layers (each near half

@@ -835,6 +835,9 @@ def main(argv=None):
     ap.add_argument("--no-norm-topk", action="store_true",
                     help="qwen3_moe only: norm_topk_prob false (the config class default); true otherwise, "
                          "as Qwen3-30B-A3B")
+    ap.add_argument("--sliding-window", type=int, default=None, metavar="N",
+                    help="mistral/mixtral: sliding_window N; qwen2/qwen3/qwen3_moe: use_sliding_window with "
+                         "sliding_window N (qwen2/qwen3: from layer 1 on, max_window_layers 1)")
     ap.add_argument("--fused-experts", action="store_true",
                     help="mixtral/qwen3_moe: store the experts fused under transformers 5.x's names "
                          "(mlp.experts.gate_up_proj, mlp.experts.down_proj, mlp.gate) instead of one by one")
@@ -854,6 +857,15 @@ def main(argv=None):
     if a.no_norm_topk and a.family != "qwen3_moe":
         ap.error("--no-norm-topk applies to qwen3_moe only")
     cfg, tensors = build(a.family, a.seed, tied, not a.no_prefix, pre_ln, not a.no_norm_topk)
+    if a.sliding_window is not None:
+        if a.family in ("mistral", "mixtral"):
+            cfg["sliding_window"] = a.sliding_window
+        elif a.family in ("qwen2", "qwen3", "qwen3_moe"):
+            cfg.update(use_sliding_window=True, sliding_window=a.sliding_window)
+            if a.family != "qwen3_moe":
+                cfg["max_window_layers"] = 1
+        else:
+            ap.error("--sliding-window applies to mistral, mixtral, qwen2, qwen3 and qwen3_moe only")
     if a.fused_experts:
         if a.family not in ("mixtral", "qwen3_moe"):
             ap.error("--fused-experts applies to mixtral and qwen3_moe only")

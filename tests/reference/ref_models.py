@@ -173,6 +173,7 @@ class LlamaLike:
             elif rtype != "default":
                 raise NotImplementedError("rope_type " + rtype)
         self.inv_freq = inv_freq
+        self.windows = self.sliding_windows(cfg)
         tied = cfg.get("tie_word_embeddings", False)
         if tied or "lm_head.weight" not in w:
             if not tied:
@@ -180,6 +181,26 @@ class LlamaLike:
             self.lm_head = w["embed_tokens.weight"]
         else:
             self.lm_head = w["lm_head.weight"]
+
+    def sliding_windows(self, cfg):
+        """Per layer, the window its mask and cache use (None: all positions), read from
+        5.6's config classes: MistralConfig.sliding_window defaults to 4096 and slides every
+        layer (null: none); MixtralConfig's defaults to None; Qwen2/Qwen3 Config and
+        Qwen3MoeConfig keep sliding_window (default 4096) only with use_sliding_window, and
+        Qwen2/Qwen3 slide the layers layer_types names, else those from max_window_layers
+        (default 28) on; Llama has no window."""
+        L = cfg["num_hidden_layers"]
+        if self.type in ("mistral", "mixtral"):
+            w = cfg.get("sliding_window", 4096 if self.type == "mistral" else None)
+            return [w] * L
+        if self.type in ("qwen2", "qwen3", "qwen3_moe") and cfg.get("use_sliding_window", False):
+            w = cfg.get("sliding_window", 4096)
+            if self.type == "qwen3_moe":
+                return [w] * L
+            types = cfg.get("layer_types") or ["sliding_attention" if i >= cfg.get("max_window_layers", 28)
+                                               else "full_attention" for i in range(L)]
+            return [w if t == "sliding_attention" else None for t in types]
+        return [None] * L
 
     def rms(self, x, weight):
         # LlamaRMSNorm: fp32 variance, back to the input dtype, then weight *
@@ -232,13 +253,21 @@ class LlamaLike:
             if cache is not None:
                 k = torch.cat([cache[i][0], k], dim=1)
                 v = torch.cat([cache[i][1], v], dim=1)
-            new_cache.append((k, v))
+            window = self.windows[i]
+            # DynamicSlidingWindowLayer keeps the last window - 1 positions for the next step
+            new_cache.append((k, v) if window is None else (k[:, k.shape[1] - (window - 1):], v[:, v.shape[1] - (window - 1):])
+                             if k.shape[1] > window - 1 else (k, v))
             # repeat_kv: [nkv, S, d] -> [nkv * groups, S, d], kv head j serves q heads j*g..j*g+g-1
             S = k.shape[1]
             kr = k[:, None].expand(self.nkv, groups, S, self.hd).reshape(self.nh, S, self.hd)
             vr = v[:, None].expand(self.nkv, groups, S, self.hd).reshape(self.nh, S, self.hd)
             a = torch.matmul(q, kr.transpose(1, 2)) * self.scaling
             a = a + _causal_bias(T, S, a.dtype)
+            if window is not None:
+                # sliding_window_overlay: key j visible from query i only when j > i - window
+                qi = torch.arange(start, start + T)[:, None]
+                kj = torch.arange(start + T - S, start + T)[None, :]
+                a = a.masked_fill(kj <= qi - window, torch.finfo(a.dtype).min)
             a = torch.softmax(a, dim=-1, dtype=_up(q.dtype)).to(q.dtype)
             o = torch.matmul(a, vr).transpose(0, 1).reshape(T, self.nh * self.hd)
             h = r + self.lin(o, p + "self_attn.o_proj")

@@ -117,8 +117,7 @@ AttentionShape attention(const ModelConfig& c)
     a.kvHeads = kvHeadsOf(c, heads);
     a.headDim = headDimOf(c, a.hidden, heads);
     a.inner = c.integer("intermediate_size", 2880); // one expert's width: experts run one after another
-    const auto rawWindow = c.raw().find("sliding_window");
-    const int64_t window = rawWindow != c.raw().end() && rawWindow->is_null() ? 0 : c.positive("sliding_window", 128);
+    const int64_t window = slidingWindowOf(c, 128);
     const int64_t layers = c.positive("num_hidden_layers", 36);
     const auto types = c.raw().find("layer_types");
     const bool listed = types != c.raw().end() && types->is_array() && int64_t(types->size()) == layers;

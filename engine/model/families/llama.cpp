@@ -74,6 +74,23 @@ AttentionShape attention(const ModelConfig& c)
     a.kvHeads = c.positive("num_key_value_heads", heads);
     a.headDim = c.has("head_dim") ? c.positive("head_dim") : a.hidden / heads;
     a.inner = c.integer("intermediate_size");
+    // Sliding layers as 5.6's configs give them: every Mistral layer slides
+    // by sliding_window (MistralConfig's default 4096; null: none); Qwen2 and
+    // Qwen3 only with use_sliding_window, by sliding_window (default 4096),
+    // the layers layer_types names or else those from max_window_layers (28)
+    // on; Llama never.
+    const int64_t layers = c.integer("num_hidden_layers", 32), perPosition = 2 * a.kvHeads * a.headDim;
+    const std::string type = c.modelType();
+    if (type == "mistral")
+        a.cache = slidingCache(layers, perPosition, slidingWindowOf(c, 4096), [](int64_t) { return true; });
+    if ((type == "qwen2" || type == "qwen3") && c.boolOr("use_sliding_window", false)) {
+        const auto types = c.raw().find("layer_types");
+        const bool listed = types != c.raw().end() && types->is_array() && int64_t(types->size()) == layers;
+        const int64_t from = c.integer("max_window_layers", 28);
+        a.cache = slidingCache(layers, perPosition, slidingWindowOf(c, 4096), [&](int64_t i) {
+            return listed ? (*types)[size_t(i)] == "sliding_attention" : i >= from;
+        });
+    }
     return a;
 }
 

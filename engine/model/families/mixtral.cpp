@@ -84,6 +84,9 @@ AttentionShape attention(const ModelConfig& c)
     // tokens routed to it, so one expert's [tokens, 2 x inter] is the widest
     // activation a prefill holds at once (all tokens to one expert at worst).
     a.inner = c.integer("intermediate_size", 14336);
+    // sliding_window (MixtralConfig's default: none) slides every layer in 5.6's cache
+    a.cache = slidingCache(c.integer("num_hidden_layers", 32), 2 * a.kvHeads * a.headDim, slidingWindowOf(c, 0),
+                           [](int64_t) { return true; });
     return a;
 }
 

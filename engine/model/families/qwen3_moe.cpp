@@ -125,6 +125,9 @@ AttentionShape attention(const ModelConfig& c)
             a.inner = std::max(a.inner, c.integer("intermediate_size", 6144));
             break;
         }
+    // use_sliding_window (default false) slides every layer by sliding_window (default 4096) in 5.6's cache
+    if (c.boolOr("use_sliding_window", false))
+        a.cache = slidingCache(layers, 2 * a.kvHeads * a.headDim, slidingWindowOf(c, 4096), [](int64_t) { return true; });
     return a;
 }
 

@@ -146,6 +146,27 @@ void fuseExperts(Skeleton& s, const std::string& param, int64_t experts,
     }
 }
 
+int64_t slidingWindowOf(const ModelConfig& c, int64_t def)
+{
+    const auto it = c.raw().find("sliding_window");
+    if (it == c.raw().end())
+        return def;
+    return it->is_null() ? 0 : c.positive("sliding_window");
+}
+
+std::vector<LayerCacheShape> slidingCache(int64_t layers, int64_t perPosition, int64_t window,
+                                          const std::function<bool(int64_t)>& slides)
+{
+    std::vector<LayerCacheShape> rows;
+    bool any = false;
+    for (int64_t i = 0; window > 0 && i < layers; ++i) {
+        const bool s = slides(i);
+        any = any || s;
+        rows.push_back({perPosition, s ? window : 0});
+    }
+    return any ? rows : std::vector<LayerCacheShape>{};
+}
+
 int rotaryEmbedding(ModuleTree& t, int parent, const std::string& cls, int64_t rotaryDim)
 {
     const int m = t.addModule(parent, "rotary_emb", cls);

@@ -8,6 +8,7 @@
 #include "stowage/families.h"
 #include "stowage/moduletree.h"
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -100,6 +101,16 @@ int norm(ModuleTree& t, int parent, const std::string& name, const std::string& 
 // (non-persistent, float32 in any dtype: torch.arange(0, dim, 2) made
 // .float()), ceil(rotaryDim / 2) values each. Returns the module.
 int rotaryEmbedding(ModuleTree& t, int parent, const std::string& cls, int64_t rotaryDim);
+// The window config.json's sliding_window gives as transformers 5.6 reads
+// it: `def` (the config class's default; 0 for none) when the key is
+// absent, 0 when it is null, else a positive integer.
+int64_t slidingWindowOf(const ModelConfig& c, int64_t def);
+// AttentionShape::cache for a family whose layers are uniform but may slide
+// (5.6's DynamicCache makes the layers a config marks sliding keep their
+// last `window` positions): one row per layer, `window` where `slides(i)`;
+// empty when window is 0 or no layer slides.
+std::vector<LayerCacheShape> slidingCache(int64_t layers, int64_t perPosition, int64_t window,
+                                          const std::function<bool(int64_t)>& slides);
 // Records that the fused expert parameter `param` ([experts, sum of the
 // pieces' rows, ...]) is stored per expert: for expert e, each of `pieces`
 // (a name with "{e}" for the expert's number, and its shape) in order,

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 namespace stowage::arch {
 
@@ -30,18 +31,20 @@ UnitScope::~UnitScope()
     m_store.leave(m_unit);
 }
 
-at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale)
+at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale, int64_t window)
 {
-    if (q.size(2) == 1) { // decoding: the engine's kernel where it applies
-        at::Tensor o = attendOne(q, k, v, scale);
+    if (q.size(2) == 1) { // decoding: the engine's kernel where it applies, over the window's keys
+        const int64_t S = k.size(2), n = window > 0 ? std::min(S, window) : S;
+        at::Tensor o = attendOne(q, k.narrow(2, S - n, n), v.narrow(2, S - n, n), scale);
         if (o.defined())
             return o;
     }
     const at::Tensor kk = repeatKv(k, q), vv = repeatKv(v, q);
     at::Tensor scores = at::matmul(q, kk.transpose(-1, -2)) * scale;
     const int64_t T = q.size(2), S = kk.size(2);
-    if (T > 1) // position i of the new block sees cached keys and new keys up to itself
-        scores = scores.masked_fill(hiddenKeys(T, S, 0, q.device()), -std::numeric_limits<float>::infinity());
+    // position i of the new block sees cached keys and new keys up to itself (and after i - window)
+    if (T > 1 || (window > 0 && S > window))
+        scores = scores.masked_fill(hiddenKeys(T, S, window, q.device()), -std::numeric_limits<float>::infinity());
     at::Tensor probs = at::softmax(scores.to(at::kFloat), -1).to(q.scalar_type());
     return at::matmul(probs, vv);
 }
@@ -333,7 +336,7 @@ namespace {
 constexpr int64_t kMaxExpected = 8192;
 } // namespace
 
-std::pair<at::Tensor, at::Tensor> appendCache(LayerCache& c, const at::Tensor& k, const at::Tensor& v)
+std::pair<at::Tensor, at::Tensor> appendCache(LayerCache& c, const at::Tensor& k, const at::Tensor& v, int64_t window)
 {
     // Concatenating per step copied the whole cache every token and asked the
     // allocator for it anew (decode of the small benchmark model fell from 45
@@ -341,37 +344,75 @@ std::pair<at::Tensor, at::Tensor> appendCache(LayerCache& c, const at::Tensor& k
     // of an eighth of what it holds (16 to 256 positions): each growth copies
     // the cache once, about every length/8 steps, and at most an eighth (or
     // 15 positions) stands unused, so a planned KV budget is barely exceeded.
-    const int64_t n = k.size(2), need = c.length + n;
+    //
+    // A sliding layer keeps its last window - 1 positions between steps, as
+    // transformers 5.6's DynamicSlidingWindowLayer does (and the KV reserve
+    // counts): older ones are dropped by moving `start` on, and the held
+    // positions slide back to the buffer's front when the slack (an eighth of
+    // the window, 16 to 256 positions) is used up, so each position is copied
+    // about eight times over its life instead of the window every step. A
+    // buffer a long prompt left larger than that is replaced once.
+    const int64_t n = k.size(2);
+    const int64_t slack = window > 0 ? std::clamp<int64_t>(window / 8, 16, 256) : 0;
+    if (window > 0 && c.length > window - 1) {
+        c.start += c.length - (window - 1);
+        c.length = window - 1;
+    }
+    const int64_t need = c.length + n;
     const at::ScalarType dt = c.storeAs != at::ScalarType::Undefined ? c.storeAs : k.scalar_type();
     const bool moved = c.k.defined() && (c.k.device() != k.device() || c.k.scalar_type() != dt);
-    if (!c.k.defined() || moved || need > c.k.size(2)) {
+    const bool oversized = window > 0 && c.k.defined() && c.k.size(2) > window - 1 + n + 2 * slack;
+    if (c.k.defined() && !moved && !oversized && c.start + need > c.k.size(2) && need <= c.k.size(2)) {
+        // room at the front: slide the held positions there (through a copy, as the ranges may overlap)
+        if (c.length > 0) {
+            const at::Tensor hk = c.k.narrow(2, c.start, c.length).clone(), hv = c.v.narrow(2, c.start, c.length).clone();
+            c.k.narrow(2, 0, c.length).copy_(hk);
+            c.v.narrow(2, 0, c.length).copy_(hv);
+        }
+        c.start = 0;
+    }
+    if (!c.k.defined() || moved || oversized || c.start + need > c.k.size(2)) {
         const int64_t block = std::clamp<int64_t>(need / 8, 16, 256);
         std::vector<int64_t> shape = k.sizes().vec();
         shape[2] = (need + block - 1) / block * block;
+        const int64_t most = window > 0 ? window - 1 + n + slack : std::numeric_limits<int64_t>::max();
+        shape[2] = std::min(shape[2], most);
         // Growths (a copy, and the new buffer's pages faulted in) cost
         // 30-40 us a layer per step on average over 150 steps (small
         // benchmark model). On the CPU the expected length is taken at once;
         // its pages are only touched as positions are written. GPU memory is
         // taken when used, as before.
         if (k.is_cpu() && need <= c.expected)
-            shape[2] = std::max(shape[2], std::min<int64_t>(c.expected, kMaxExpected));
+            shape[2] = std::max(shape[2], std::min({c.expected, kMaxExpected, most}));
         // v's last dimension may differ from k's (MLA's latent and rope part).
         std::vector<int64_t> vShape = v.sizes().vec();
         vShape[2] = shape[2];
         at::Tensor nk = at::empty(shape, k.options().dtype(dt)), nv = at::empty(vShape, v.options().dtype(dt));
         if (c.length > 0) {
-            nk.narrow(2, 0, c.length).copy_(c.k.narrow(2, 0, c.length));
-            nv.narrow(2, 0, c.length).copy_(c.v.narrow(2, 0, c.length));
+            nk.narrow(2, 0, c.length).copy_(c.k.narrow(2, c.start, c.length));
+            nv.narrow(2, 0, c.length).copy_(c.v.narrow(2, c.start, c.length));
         }
         c.k = nk;
         c.v = nv;
+        c.start = 0;
     }
-    if (!appendRows(c.k, c.length, k) || !appendRows(c.v, c.length, v)) {
-        c.k.narrow(2, c.length, n).copy_(k); // copy_ converts as .to() does
-        c.v.narrow(2, c.length, n).copy_(v);
+    const int64_t at = c.start + c.length;
+    if (!appendRows(c.k, at, k) || !appendRows(c.v, at, v)) {
+        c.k.narrow(2, at, n).copy_(k); // copy_ converts as .to() does
+        c.v.narrow(2, at, n).copy_(v);
     }
     c.length = need;
-    return {c.k.narrow(2, 0, need), c.v.narrow(2, 0, need)};
+    return {c.k.narrow(2, c.start, need), c.v.narrow(2, c.start, need)};
+}
+
+std::vector<int64_t> cacheWindows(const ModelConfig& config, int64_t layers)
+{
+    std::vector<int64_t> out(size_t(std::max<int64_t>(layers, 0)), 0);
+    const auto shape = attentionShape(config);
+    if (shape && shape->cache.size() == out.size())
+        for (size_t i = 0; i < out.size(); ++i)
+            out[i] = shape->cache[i].window;
+    return out;
 }
 
 } // namespace stowage::arch

@@ -88,7 +88,6 @@ public:
         m_eps = c.number("rms_norm_eps", 1e-6);
         m_bias = c.boolOr("attention_bias", false);
         m_scale = 1.0 / std::sqrt(c.number("query_pre_attn_scalar", 256));
-        m_window = c.has("sliding_window") ? c.positive("sliding_window") : 0;
         if (c.has("attn_logit_softcapping"))
             m_attnCap = c.number("attn_logit_softcapping", 0);
         if (c.has("final_logit_softcapping"))
@@ -99,6 +98,7 @@ public:
         if (act != "gelu_pytorch_tanh")
             throw InputError(c.path(), "hidden_activation '" + act + "' cannot be run yet (gelu_pytorch_tanh can)");
         m_sliding = slidingLayers(c);
+        m_windows = cacheWindows(config, m_layers); // sliding_window's default (4096) is the registry's
         for (const char* type : {"sliding_attention", "full_attention"}) {
             const Rope r = ropeFor(c, type);
             at::Tensor inv = 1.0 / at::pow(r.theta, at::arange(0, m_headDim, 2, at::kLong).to(at::kFloat) /
@@ -143,8 +143,9 @@ public:
             at::Tensor v = split(qkv[2], m_kvHeads);
             q = rotary(q, cos, sin);
             k = rotary(k, cos, sin);
-            auto [kk, vv] = appendCache(cache[size_t(l)], k, v);
-            at::Tensor o = attend(q, kk, vv, sliding ? m_window : 0);
+            const int64_t window = m_windows[size_t(l)];
+            auto [kk, vv] = appendCache(cache[size_t(l)], k, v, window);
+            at::Tensor o = attend(q, kk, vv, window);
             o = o.transpose(1, 2).reshape({T, m_heads * m_headDim});
             o = dense(o, u.w("self_attn.o_proj.weight"), m_bias ? u.w("self_attn.o_proj.bias") : at::Tensor());
             h = h + gemmaNorm(o, u.w("post_attention_layernorm.weight"), m_eps);
@@ -205,11 +206,12 @@ private:
 
     WeightStore& m_store;
     std::string m_prefix;
-    int64_t m_hidden, m_heads, m_kvHeads, m_headDim, m_layers, m_vocab, m_window;
+    int64_t m_hidden, m_heads, m_kvHeads, m_headDim, m_layers, m_vocab;
     double m_eps, m_scale;
     bool m_bias;
     std::optional<double> m_attnCap, m_finalCap;
-    std::vector<bool> m_sliding;
+    std::vector<bool> m_sliding;     // which rotary a layer uses
+    std::vector<int64_t> m_windows; // positions a layer sees and keeps (0: all)
     std::vector<at::Tensor> m_invFreq; // sliding, global
 };
 

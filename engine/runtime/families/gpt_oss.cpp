@@ -124,16 +124,11 @@ public:
         m_topK = c.positive("num_experts_per_tok", 4);
         if (m_topK > m_experts)
             throw InputError(c.path(), "num_experts_per_tok is larger than the number of experts");
-        m_window = c.has("sliding_window") ? c.positive("sliding_window") : 0;
-        auto types = raw.find("layer_types");
-        for (int64_t i = 0; i < m_layers; ++i) // __post_init__: layer 0 slides, then every other one
-            m_sliding.push_back(i % 2 == 0);
-        if (types != raw.end() && types->is_array()) {
-            if (int64_t(types->size()) != m_layers)
-                throw InputError(c.path(), "'layer_types' does not list num_hidden_layers layers");
-            for (size_t i = 0; i < types->size(); ++i)
-                m_sliding[i] = (*types)[i].is_string() && (*types)[i].get<std::string>() == "sliding_attention";
-        }
+        // layer_types, else layer 0 slides and every other one after it; sliding_window 128 unless given
+        // (null: none): the registry's rows, which the KV reserve counts too
+        if (auto types = raw.find("layer_types"); types != raw.end() && types->is_array() && int64_t(types->size()) != m_layers)
+            throw InputError(c.path(), "'layer_types' does not list num_hidden_layers layers");
+        m_windows = cacheWindows(c, m_layers);
         m_rope = readRope(c, m_headDim);
     }
     int64_t vocabSize() const override { return m_vocab; }
@@ -166,8 +161,9 @@ public:
             };
             at::Tensor q = rotary(split(qkv[0], m_heads), cos, sin);
             at::Tensor k = rotary(split(qkv[1], m_kvHeads), cos, sin);
-            auto [kk, vv] = appendCache(cache[size_t(l)], k, split(qkv[2], m_kvHeads));
-            at::Tensor o = attend(q, kk, vv, u.w("self_attn.sinks"), m_sliding[size_t(l)] ? m_window : 0);
+            const int64_t window = m_windows[size_t(l)];
+            auto [kk, vv] = appendCache(cache[size_t(l)], k, split(qkv[2], m_kvHeads), window);
+            at::Tensor o = attend(q, kk, vv, u.w("self_attn.sinks"), window);
             o = o.transpose(1, 2).reshape({T, m_heads * m_headDim});
             h = addDense(h, o, u.w("self_attn.o_proj.weight"), m_bias ? u.w("self_attn.o_proj.bias") : at::Tensor());
             x = gptNorm(h, u.w("post_attention_layernorm.weight"), m_eps);
@@ -219,10 +215,10 @@ private:
     }
 
     WeightStore& m_store;
-    int64_t m_hidden, m_heads, m_kvHeads, m_headDim, m_layers, m_vocab, m_experts, m_topK, m_window;
+    int64_t m_hidden, m_heads, m_kvHeads, m_headDim, m_layers, m_vocab, m_experts, m_topK;
     double m_eps;
     bool m_bias;
-    std::vector<bool> m_sliding;
+    std::vector<int64_t> m_windows; // positions a layer sees and keeps (0: all)
     Rope m_rope;
 };
 

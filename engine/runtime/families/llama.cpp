@@ -45,6 +45,7 @@ public:
         m_oBias = m_type != "qwen2" && c.boolOr("attention_bias", false);
         m_mlpBias = c.boolOr("mlp_bias", false);
         m_invFreq = inverseFrequencies(c);
+        m_windows = cacheWindows(c, m_layers); // sliding layers (Mistral, Qwen2/3 with use_sliding_window)
     }
     int64_t vocabSize() const override { return m_vocab; }
     int64_t layers() const override { return m_layers; }
@@ -83,8 +84,8 @@ public:
             }
             q = rotary(q, cos, sin);
             k = rotary(k, cos, sin);
-            auto [kk, vv] = appendCache(cache[size_t(l)], k, v);
-            at::Tensor o = attention(q, kk, vv, 1.0 / std::sqrt(double(m_headDim)));
+            auto [kk, vv] = appendCache(cache[size_t(l)], k, v, m_windows[size_t(l)]);
+            at::Tensor o = attention(q, kk, vv, 1.0 / std::sqrt(double(m_headDim)), m_windows[size_t(l)]);
             o = T == 1 && o.is_contiguous() ? o.view({1, m_heads * m_headDim})
                                             : o.transpose(1, 2).reshape({T, m_heads * m_headDim});
             h = addLinear(h, o, u, "self_attn.o_proj", m_oBias);
@@ -197,6 +198,7 @@ private:
     double m_eps;
     bool m_qkvBias, m_oBias, m_mlpBias;
     at::Tensor m_invFreq;
+    std::vector<int64_t> m_windows; // positions a layer sees and keeps (0: all)
     RopeTable m_rope; // decoding's
 };
 

@@ -114,6 +114,7 @@ public:
             throw InputError(c.path(), "rope type '" + ropeType + "' is not run for " + c.modelType());
         m_invFreq =
             1.0 / at::pow(theta, at::arange(0, m_headDim, 2, at::kLong).to(at::kFloat) / double(m_headDim));
+        m_windows = cacheWindows(c, m_layers); // sliding_window (Mixtral), use_sliding_window (Qwen3-MoE)
     }
     int64_t vocabSize() const override { return m_vocab; }
     int64_t layers() const override { return m_layers; }
@@ -151,8 +152,8 @@ public:
             }
             q = rotary(q, cos, sin);
             k = rotary(k, cos, sin);
-            auto [kk, vv] = appendCache(cache[size_t(l)], k, v);
-            at::Tensor o = attention(q, kk, vv, 1.0 / std::sqrt(double(m_headDim)));
+            auto [kk, vv] = appendCache(cache[size_t(l)], k, v, m_windows[size_t(l)]);
+            at::Tensor o = attention(q, kk, vv, 1.0 / std::sqrt(double(m_headDim)), m_windows[size_t(l)]);
             o = T == 1 && o.is_contiguous() ? o.view({1, m_heads * m_headDim})
                                             : o.transpose(1, 2).reshape({T, m_heads * m_headDim});
             h = addDense(h, o, u.w("self_attn.o_proj.weight"), m_bias ? u.w("self_attn.o_proj.bias") : at::Tensor());
@@ -179,6 +180,7 @@ private:
     double m_eps;
     bool m_bias;
     at::Tensor m_invFreq;
+    std::vector<int64_t> m_windows; // positions a layer sees and keeps (0: all)
 };
 
 } // namespace

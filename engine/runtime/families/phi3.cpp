@@ -29,11 +29,10 @@ public:
         if (c.stringOr("hidden_act", "silu") != "silu")
             throw InputError(c.path(), "hidden_act \"" + c.stringOr("hidden_act", "") + "\": only silu is run for phi3");
         readRope(c);
-        if (auto it = c.raw().find("sliding_window"); it != c.raw().end() && !it->is_null()) {
-            if (!it->is_number_integer() || it->get<int64_t>() < 1)
-                throw InputError(c.path(), "sliding_window must be a positive integer or null");
-            m_window = it->get<int64_t>();
-        }
+        if (auto it = c.raw().find("sliding_window"); it != c.raw().end() && !it->is_null() &&
+                                                        (!it->is_number_integer() || it->get<int64_t>() < 1))
+            throw InputError(c.path(), "sliding_window must be a positive integer or null");
+        m_windows = cacheWindows(c, m_layers); // the registry's, which the KV reserve counts
     }
     int64_t vocabSize() const override { return m_vocab; }
     int64_t layers() const override { return m_layers; }
@@ -55,7 +54,7 @@ public:
         // here the whole sequence is run again and its last T rows returned.
         if (m_longrope && known && past > 0 && past <= m_originalMax && past + T > m_originalMax) {
             for (LayerCache& c : cache)
-                c.length = 0;
+                c.clear();
             at::Tensor all = at::tensor(m_ids, at::kLong).view({1, int64_t(m_ids.size())});
             return run(all, 0, cache).narrow(0, past, T);
         }
@@ -87,8 +86,10 @@ private:
                        v = heads(qRows + kvRows, kvRows, m_kvHeads);
             q = rotatePart(q, cos, sin);
             k = rotatePart(k, cos, sin);
-            auto [kk, vv] = appendCache(cache[size_t(l)], k, v);
-            at::Tensor o = attend(q, kk, vv, past);
+            auto [kk, vv] = appendCache(cache[size_t(l)], k, v, m_windows[size_t(l)]);
+            // Phi3Model masks with create_sliding_window_causal_mask when config.sliding_window is
+            // set (Phi-3-mini-4k: 2047): query i sees keys j with i - window < j <= i.
+            at::Tensor o = attention(q, kk, vv, std::pow(double(m_headDim), -0.5), m_windows[size_t(l)]);
             o = T == 1 && o.is_contiguous() ? o.view({1, qRows}) : o.transpose(1, 2).reshape({T, qRows});
             h = addDense(h, o, u.w("self_attn.o_proj.weight"));
             x = rmsNorm(h, u.w("post_attention_layernorm.weight"), m_eps);
@@ -103,30 +104,6 @@ private:
         }
         UnitScope u(m_store, "lm_head", h);
         return logits(h, u.w("weight"));
-    }
-
-    // Phi3Model masks with create_sliding_window_causal_mask when config.sliding_window
-    // is set (Phi-3-mini-4k: 2047): query i sees keys j with i - window < j <= i.
-    at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t past) const
-    {
-        const double scale = std::pow(double(m_headDim), -0.5); // Phi3Attention.scaling
-        const int64_t S = k.size(2), T = q.size(2);
-        if (!m_window || S <= *m_window)
-            return attention(q, k, v, scale);
-        const int64_t W = *m_window;
-        if (T == 1) // the newest position: the last W keys
-            return attention(q, k.narrow(2, S - W, W), v.narrow(2, S - W, W), scale);
-        // Several positions: eager attention with the banded mask.
-        at::Tensor kk = k.to(q.scalar_type()), vv = v.to(q.scalar_type());
-        if (m_heads != m_kvHeads) { // repeat_kv: key head j serves query heads j*g .. j*g+g-1
-            kk = kk.repeat_interleave(m_heads / m_kvHeads, 1);
-            vv = vv.repeat_interleave(m_heads / m_kvHeads, 1);
-        }
-        at::Tensor w = at::matmul(q, kk.transpose(2, 3)) * scale;
-        at::Tensor i = at::arange(past, past + T, at::kLong).unsqueeze(1), j = at::arange(0, S, at::kLong).unsqueeze(0);
-        at::Tensor hidden = at::logical_or(j > i, j <= i - W).to(w.device());
-        w = at::softmax(w.masked_fill(hidden, -INFINITY), -1, at::kFloat).to(q.scalar_type());
-        return at::matmul(w, vv);
     }
 
     // apply_rotary_pos_emb: rotary over the first m_rotary dims of each head,
@@ -248,7 +225,7 @@ private:
     int64_t m_originalMax = 0;
     double m_attentionScaling = 1.0;
     at::Tensor m_invShort, m_invLong;
-    std::optional<int64_t> m_window;
+    std::vector<int64_t> m_windows; // positions a layer sees and keeps (0: all)
     std::vector<int64_t> m_ids;
 };
 

@@ -19,6 +19,9 @@ struct LayerCache {
     // so a decode step writes one position instead of copying them all.
     at::Tensor k, v;
     int64_t length = 0;
+    // Where the held positions begin in the buffer: a sliding layer drops
+    // its oldest positions by moving this on (appendCache).
+    int64_t start = 0;
     // Positions the run is expected to reach (Model::resetCache): a CPU
     // buffer takes them at its first allocation instead of growing.
     int64_t expected = 0;
@@ -27,6 +30,8 @@ struct LayerCache {
     // the CPU keep them in fp16, as transformers does and as the planner's
     // KV reserve counts them (kvcache.h): half the bytes held and read.
     at::ScalarType storeAs = at::ScalarType::Undefined;
+    // Forget every position, keeping the buffer.
+    void clear() { length = start = 0; }
 };
 
 // A family's forward pass. Its execution units, the modules it wraps in a
@@ -73,9 +78,11 @@ private:
 };
 
 // Softmax attention over the cache: q [B,H,T,D], k/v [B,KV,S,D]; causal for
-// the T new positions that follow S-T cached ones. Grouped-query heads repeat.
-// k/v may be held narrower than q (LayerCache::storeAs): they are widened.
-at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale);
+// the T new positions that follow S-T cached ones, and with window > 0 (a
+// sliding layer's, as masking_utils' sliding_window_overlay) a position p
+// sees only keys after p - window. Grouped-query heads repeat. k/v may be
+// held narrower than q (LayerCache::storeAs): they are widened.
+at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale, int64_t window = 0);
 // repeat_kv: keys or values [B, KV, S, D] as q's [B, H, ...] heads, in q's dtype.
 at::Tensor repeatKv(const at::Tensor& kv, const at::Tensor& q);
 // What masking_utils hides from T new queries that follow S - T cached
@@ -120,7 +127,15 @@ at::Tensor siluMul(const at::Tensor& gate, const at::Tensor& up);
 // Rows of an embedding table in the activations' dtype (WeightStore::computeDType).
 at::Tensor embed(const at::Tensor& w, const at::Tensor& ids, at::ScalarType dtype);
 // Appends k/v [B, KV, T, D] to the layer's cache (in c.storeAs where set)
-// and returns views of all cached positions (the new ones last).
-std::pair<at::Tensor, at::Tensor> appendCache(LayerCache& c, const at::Tensor& k, const at::Tensor& v);
+// and returns views of all held positions (the new ones last). A sliding
+// layer (window > 0) first drops all but its last window - 1 positions, so
+// it returns window - 1 + T at most: masks over them are relative
+// (hiddenKeys), rotary positions absolute (the runner's `past`).
+std::pair<at::Tensor, at::Tensor> appendCache(LayerCache& c, const at::Tensor& k, const at::Tensor& v,
+                                              int64_t window = 0);
+// Each decoder layer's window (0: every position) as the family's registry
+// row gives it (families.h AttentionShape::cache), the one the KV reserve
+// counts; all 0 for a family whose cache is uniform.
+std::vector<int64_t> cacheWindows(const ModelConfig& config, int64_t layers);
 
 } // namespace stowage::arch

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole benchmark suite, one command, under 10 minutes on 2 cores:
 #   tests/bench/run_all.sh [BUILD_DIR]        (default build/perf, else build/ci)
-# Builds the benchmarks, then runs planning (7B/70B/405B), tokenizer, and
-# decode/memory/offload/prediction; each prints ratios measured in the same
+# Builds the benchmarks, then runs planning (7B/70B/405B), tokenizer,
+# decode/memory/offload/prediction, and the user-facing prediction against
+# `stowage-cli run` (bench_predict.py); each prints ratios measured in the same
 # run. Benchmarks are never part of ctest. Exit status: 0 when every
 # benchmark ran (a ratio past its goal is reported, not fatal).
 set -u
@@ -25,5 +26,9 @@ for b in bench_planner bench_tokenizer bench_decode; do
   (cd "$build" && "./tests/$b") || { echo "$b exited $?"; failed=1; }
   echo "($b: $(( $(date +%s) - t0 )) s)"
 done
+echo; echo "== bench_predict"
+t0=$(date +%s)
+/usr/bin/python3 "$root/tests/bench/bench_predict.py" --cli "$build/app/stowage-cli" || { echo "bench_predict exited $?"; failed=1; }
+echo "(bench_predict: $(( $(date +%s) - t0 )) s)"
 echo; echo "suite: $(( $(date +%s) - start )) s"
 exit $failed

@@ -23,6 +23,7 @@ const char* kUsage =
     "  plan    [PATH] [--max-memory DEV=SIZE]... [--strategy auto|balanced|balanced_low_0|sequential]\n"
     "          [--dtype DT] [--no-split CLASS]... [--offload-buffers] [--kv-cache CTX[xBATCH]]\n"
     "          [--device-map FILE] [--explain] [--report FILE] [--hardware PRESET|FILE.json] [--json] [-o FILE]\n"
+    "          [--context-sweep MAXCTX[xBATCH]]   memory per device as the context grows (JSON)\n"
     "  run     [PATH] [--device-map FILE | plan options] [--prompt-ids 1,2,3] [--max-new-tokens N]\n"
     "          [--greedy | --temperature T --top-k K --top-p P --seed N] [--offload-folder DIR]\n"
     "          [--prompt TEXT] [--simulate-gpus] [--policy accelerate-like|prefetch|compute-where-it-lives]\n"

@@ -30,12 +30,37 @@ HardwareProfile hardwareFor(const Args& a)
 const ExecutionPolicy kPolicies[] = {ExecutionPolicy::AccelerateLike, ExecutionPolicy::Prefetch,
                                      ExecutionPolicy::ComputeWhereItLives};
 
+// plan --context-sweep: the plan's memory per device as the context grows.
+nlohmann::ordered_json contextSweepJson(const ContextSweep& s)
+{
+    nlohmann::ordered_json j;
+    j["batch"] = s.batch;
+    j["max_context"] = s.maxContext;
+    auto orNull = [](const std::optional<int64_t>& v) { return v ? nlohmann::ordered_json(*v) : nlohmann::ordered_json(); };
+    auto& ds = j["devices"] = nlohmann::ordered_json::array();
+    for (const auto& d : s.devices)
+        ds.push_back({{"device", d.device.name()},
+                      {"budget", d.budget < 0 ? nlohmann::ordered_json() : nlohmann::ordered_json(d.budget)},
+                      {"weights", d.weights},
+                      {"runs_out_at", orNull(d.runsOutAt)},
+                      {"runs_out_at_kv_in_ram", orNull(d.runsOutAtKvInRam)}});
+    auto& ps = j["points"] = nlohmann::ordered_json::array();
+    for (size_t i = 0; i < s.contexts.size(); ++i) {
+        nlohmann::ordered_json bytes = nlohmann::ordered_json::object();
+        for (size_t d = 0; d < s.devices.size(); ++d)
+            bytes[s.devices[d].device.name()] = s.bytes[i][d];
+        ps.push_back({{"context", s.contexts[i]}, {"bytes", bytes}});
+    }
+    j["summary"] = describeContextSweep(s);
+    return j;
+}
+
 } // namespace
 
 int planCommand(const std::vector<std::string>& argv)
 {
     auto valued = planValuedOptions();
-    valued.insert({"-o", "--report", "--device-map", "--hardware"});
+    valued.insert({"-o", "--report", "--device-map", "--hardware", "--context-sweep"});
     auto flags = planFlagOptions();
     flags.insert({"--json", "--explain"});
     Args a(argv, valued, flags);
@@ -104,6 +129,16 @@ int planCommand(const std::vector<std::string>& argv)
             costs = nlohmann::ordered_json::array({{{"error", e.what()}}});
         }
         writeFile(*report, r.dump(2) + "\n");
+    }
+    if (auto sweep = a.value("--context-sweep")) {
+        // The largest context (and batch) to sweep to, against the budgets the plan was made for.
+        const KvSpec spec = parseKvSpec(*sweep, "--context-sweep");
+        if (!ck.config())
+            throw InputError(ck.weightsPath(), "a context sweep needs config.json beside the weights");
+        const Budgets budgets = !plan.budgets.empty() ? plan.budgets : o.maxMemory ? *o.maxMemory : o.machineMemory;
+        const ContextSweep s = sweepContext(*ck.config(), tree, plan.deviceMap, budgets, spec.batch, spec.context);
+        std::cout << contextSweepJson(s).dump(2) << '\n';
+        return 0;
     }
     if (a.flag("--json")) {
         std::cout << mapJson << '\n';

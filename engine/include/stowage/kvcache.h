@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace stowage {
 
@@ -27,5 +28,44 @@ KvSpec parseKvSpec(const std::string& text, const std::string& what);
 // InputError (naming config.json or the weights) when the checkpoint has no
 // config.json or its family's attention shape is unknown.
 KvReserve kvReserveForCheckpoint(const Checkpoint& checkpoint, const ModuleTree& tree, KvSpec spec);
+
+// How a plan's memory grows with the context (plan --context-sweep, the
+// Plan page's context chart): per device, what the planner's KV reserve
+// would count at each context for this map: the weights it holds, the KV
+// cache of the decoder layers placed on it (a disk-placed layer's on the
+// CPU, where its weights are staged), and on each GPU and the CPU that
+// holds anything the largest activation (KvReserve::activationBytes).
+struct ContextSweep {
+    struct DeviceRow {
+        Device device;
+        double budget = -1;     // -1: none given (never runs out)
+        uint64_t weights = 0;   // bytesPerDevice
+        // The first context (1..maxContext) at which the device's bytes pass
+        // its budget; 0 when the weights alone do; nullopt when it never
+        // does up to maxContext. "KvInRam": the same with every layer's KV
+        // cache kept in RAM instead (the GPU then holds weights and
+        // activations; the CPU all the cache).
+        std::optional<int64_t> runsOutAt, runsOutAtKvInRam;
+    };
+    int batch = 1;
+    int64_t maxContext = 0;
+    std::vector<DeviceRow> devices;           // the map's devices, then budgeted ones it leaves empty
+    std::vector<int64_t> contexts;            // the sampled contexts, ascending, maxContext last
+    std::vector<std::vector<uint64_t>> bytes; // [context][device], as `devices`
+};
+// Bytes a device holds at `context` under ContextSweep's accounting.
+// `kvInRam`: every layer's cache counted on the CPU.
+uint64_t deviceBytesAtContext(const ModelConfig& config, const ModuleTree& tree, const DeviceMap& map,
+                              const Device& device, int64_t context, int batch, bool kvInRam);
+// Samples `points` contexts from 1 to maxContext (geometrically, whole
+// numbers, each distinct) and finds each device's crossing exactly (the
+// bytes only grow with the context). Throws InputError naming config.json
+// for a family whose attention shape Stowage does not know.
+ContextSweep sweepContext(const ModelConfig& config, const ModuleTree& tree, const DeviceMap& map,
+                          const Budgets& budgets, int batch, int64_t maxContext, int points = 24);
+// One sentence per budgeted device, as the window and the CLI say it:
+// "GPU 0 runs out at token 11,400 with batch 1; 46,000 with the KV cache in
+// RAM".
+std::vector<std::string> describeContextSweep(const ContextSweep& sweep);
 
 } // namespace stowage

@@ -6,6 +6,7 @@
 #include "devicemapmodel.h"
 #include "display.h"
 #include "moduletreemodel.h"
+#include "contextchart.h"
 #include "placementmap.h"
 #include "plancontrols.h"
 #include "predictionmodel.h"
@@ -24,6 +25,7 @@
 #include <QLabel>
 #include <QListWidget>
 #include <QSplitter>
+#include <QTabWidget>
 #include <QTableView>
 #include <QToolButton>
 #include <QVBoxLayout>
@@ -106,7 +108,15 @@ PlanningPage::PlanningPage(ModuleTreeModel* treeModel, QWidget* parent) : QWidge
     layout->addWidget(placementBox);
 
     auto* splitter = new QSplitter(Qt::Vertical, this);
-    splitter->addWidget(buildPrediction());
+    // The speed the plan predicts and how its memory grows with the context, one tab each.
+    m_outlook = new QTabWidget(splitter);
+    m_outlook->setObjectName("planOutlook");
+    m_outlook->setDocumentMode(true);
+    m_outlook->addTab(buildPrediction(), tr("Predicted speed"));
+    m_context = new ContextChart(m_outlook);
+    m_context->setObjectName("contextChart");
+    m_outlook->addTab(m_context, tr("Context growth"));
+    splitter->addWidget(m_outlook);
     auto* mapBox = new QGroupBox(tr("Device map"), splitter);
     auto* ml = new QVBoxLayout(mapBox);
     m_mapView = table(mapBox, "deviceMap");
@@ -144,7 +154,7 @@ PlanningPage::PlanningPage(ModuleTreeModel* treeModel, QWidget* parent) : QWidge
 
 QWidget* PlanningPage::buildPrediction()
 {
-    auto* box = new QGroupBox(tr("Predicted decode speed"));
+    auto* box = new QWidget;
     auto* l = new QVBoxLayout(box);
     auto* row = new QHBoxLayout;
     m_hardware = new QLabel(box);
@@ -339,7 +349,34 @@ void PlanningPage::applyPlan(Plan plan)
                       int(DeviceMapModel::WhyColumn)})
             m_mapView->resizeColumnToContents(c);
     predict();
+    updateContextChart();
     emit planChanged();
+}
+
+void PlanningPage::updateContextChart()
+{
+    if (!m_config || !m_plan) {
+        m_context->clear(tr("Context growth needs the checkpoint's config.json."));
+        return;
+    }
+    // To the longest context the model takes (max_position_embeddings; the
+    // KV-cache box's context where larger), at the KV-cache box's batch.
+    const auto kv = m_controls->kvCache();
+    const ModelConfig text = m_config->textConfig();
+    int64_t longest = 131072;
+    try {
+        longest = text.positive("max_position_embeddings", 131072);
+    } catch (const std::exception&) {
+    }
+    if (kv)
+        longest = std::max<int64_t>(longest, kv->first);
+    longest = std::clamp<int64_t>(longest, 2, int64_t(1) << 24);
+    try {
+        m_context->setSweep(stowage::sweepContext(*m_config, *m_tree, m_plan->deviceMap, m_plan->budgets,
+                                                  kv ? kv->second : 1, longest));
+    } catch (const std::exception& e) {
+        m_context->clear(tr("No context chart: %1").arg(QString::fromStdString(e.what())));
+    }
 }
 
 bool PlanningPage::importMap(const QString& json, const QString& source)

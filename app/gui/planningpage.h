@@ -22,6 +22,7 @@
 class QComboBox;
 class QLabel;
 class QListWidget;
+class QTabWidget;
 class QTableView;
 class QToolButton;
 
@@ -30,6 +31,7 @@ namespace stowage {
 class BudgetBarsView;
 class BudgetModel;
 class Calibration;
+class ContextChart;
 class DeviceMapModel;
 class ModuleTreeModel;
 class PlacementMap;
@@ -71,6 +73,8 @@ public:
     BudgetBarsView* budgetBars() const { return m_bars; }
     PlanControls* controls() const { return m_controls; }
     PlacementMap* placementMap() const { return m_placement; }
+    ContextChart* contextChart() const { return m_context; }
+    QTabWidget* outlookTabs() const { return m_outlook; }
     DeviceMapModel* deviceMapModel() const { return m_mapModel; }
     PredictionModel* predictionModel() const { return m_prediction; }
     // This machine's measured/predicted ratios per policy (the Run page adds runs).
@@ -111,6 +115,8 @@ private:
     void resize();
     void applyPlan(Plan plan);
     void predict();
+    // The context chart for the plan on screen (ContextChart).
+    void updateContextChart();
     void setError(const QString& text);
     QWidget* buildPrediction();
 
@@ -119,6 +125,8 @@ private:
     BudgetBarsView* m_bars = nullptr;
     PlanControls* m_controls = nullptr;
     PlacementMap* m_placement = nullptr;
+    ContextChart* m_context = nullptr;
+    QTabWidget* m_outlook = nullptr;
     DeviceMapModel* m_mapModel = nullptr;
     PredictionModel* m_prediction = nullptr;
     QTableView* m_mapView = nullptr;

@@ -38,6 +38,7 @@ void addPlanOptions(QCommandLineParser& p)
     p.addOption({"prompt", "Prompt for --run-tokens (default: the run page's).", "TEXT"});
     p.addOption({"policy", "Execution policy for --run-tokens: accelerate-like, prefetch, compute-where-it-lives.", "POLICY"});
     p.addOption({"offload-folder", "Offload folder for --run-tokens.", "DIR"});
+    p.addOption({"plan-view", "The Plan page's lower tab to capture: speed (default) or context.", "VIEW"});
     p.addOption({"run-view", "With --run-tokens: the tab to capture, graphs (default) or timeline.", "VIEW"});
     p.addOption({"throttle", "With --run-tokens: simulated GPUs copy at their preset's PCIe speed."});
 }
@@ -92,6 +93,12 @@ QString applyPlanOptions(MainWindow& w, const QCommandLineParser& p)
     }
     if (p.isSet("no-split"))
         page->controls()->setNoSplit(p.values("no-split").join(QLatin1Char(',')));
+    if (p.isSet("plan-view")) {
+        const QString v = p.value("plan-view");
+        if (v != QLatin1String("speed") && v != QLatin1String("context"))
+            return QStringLiteral("--plan-view %1: expected speed or context").arg(v);
+        page->outlookTabs()->setCurrentIndex(v == QLatin1String("context") ? 1 : 0);
+    }
     return {};
 }
 

@@ -1,5 +1,6 @@
 #include "contextchart.h"
 
+#include "chartstyle.h"
 #include "display.h"
 #include "themecolors.h"
 
@@ -7,7 +8,6 @@
 #include <QChartView>
 #include <QEvent>
 #include <QLabel>
-#include <QLegendMarker>
 #include <QLineSeries>
 #include <QLogValueAxis>
 #include <QScatterSeries>
@@ -27,12 +27,7 @@ ContextChart::ContextChart(QWidget* parent) : QWidget(parent)
     m_summary->setObjectName("contextSummary");
     m_summary->setWordWrap(true);
     m_summary->setTextInteractionFlags(Qt::TextSelectableByMouse);
-    m_chart = new QChart;
-    m_chart->setMargins(QMargins(4, 2, 4, 2));
-    m_chart->setBackgroundRoundness(0);
-    m_chart->setAnimationOptions(QChart::NoAnimation);
-    m_chart->legend()->setAlignment(Qt::AlignRight);
-    m_chart->legend()->setMarkerShape(QLegend::MarkerShapeRectangle);
+    m_chart = newChart();
     m_x = new QLogValueAxis;
     m_x->setBase(10);
     m_x->setLabelFormat("%g");
@@ -137,21 +132,9 @@ void ContextChart::changeEvent(QEvent* event)
 void ContextChart::applyPalette()
 {
     const QPalette& pal = palette();
+    paintChart(m_chart, m_view, pal);
     const QColor base = pal.color(QPalette::Base), text = pal.color(QPalette::Text);
-    const QColor grid = mixColors(base, text, 0.16), rule = mixColors(base, text, 0.45);
-    m_view->setBackgroundBrush(base);
-    m_chart->setBackgroundBrush(base);
-    m_chart->setBackgroundPen(Qt::NoPen);
-    m_chart->setPlotAreaBackgroundVisible(false);
-    m_chart->legend()->setLabelColor(text);
-    for (QAbstractAxis* a : m_chart->axes()) {
-        a->setLabelsColor(text);
-        a->setTitleBrush(text);
-        a->setGridLineColor(grid);
-        a->setLinePenColor(rule);
-        a->setShadesVisible(false);
-    }
-    m_budgetLine->setPen(QPen(rule, 1.5, Qt::DashLine));
+    m_budgetLine->setPen(QPen(mixColors(base, text, 0.45), 1.5, Qt::DashLine));
     m_crossings->setColor(text);
     m_crossings->setBorderColor(base);
 }

@@ -1,5 +1,7 @@
 #include "runcharts.h"
 
+#include "chartstyle.h"
+
 #include "display.h"
 #include "samplesmodel.h"
 #include "themecolors.h"
@@ -82,10 +84,10 @@ AxisTicks AxisTicks::forTop(double top)
 
 RunCharts::RunCharts(SamplesModel* model, QWidget* parent) : QWidget(parent), m_model(model)
 {
-    m_memory = makeChart(tr("Weights per device, against each device's own budget"));
-    m_rss = makeChart(tr("Worker process"));
-    m_traffic = makeChart(tr("Disk read and host-to-device throughput"));
-    m_dispatch = makeChart(tr("After dispatch: planned vs actual"));
+    m_memory = newChart(tr("Weights per device, against each device's own budget"));
+    m_rss = newChart(tr("Worker process"));
+    m_traffic = newChart(tr("Disk read and host-to-device throughput"));
+    m_dispatch = newChart(tr("After dispatch: planned vs actual"));
 
     for (auto [c, x, y] : {std::tuple{m_memory, &m_memX, &m_memY}, std::tuple{m_rss, &m_rssX, &m_rssY},
                            std::tuple{m_traffic, &m_trafX, &m_trafY}}) {
@@ -165,22 +167,6 @@ RunCharts::RunCharts(SamplesModel* model, QWidget* parent) : QWidget(parent), m_
     m_timer.start();
 }
 
-QChart* RunCharts::makeChart(const QString& title)
-{
-    auto* c = new QChart;
-    c->setTitle(title);
-    QFont f = c->titleFont();
-    f.setBold(true);
-    f.setPointSizeF(f.pointSizeF() * 0.95);
-    c->setTitleFont(f);
-    c->setMargins(QMargins(4, 2, 4, 2));
-    c->setBackgroundRoundness(0);
-    c->legend()->setAlignment(Qt::AlignRight);
-    c->legend()->setMarkerShape(QLegend::MarkerShapeRectangle);
-    c->setAnimationOptions(QChart::NoAnimation);
-    return c;
-}
-
 void RunCharts::changeEvent(QEvent* event)
 {
     if (event->type() == QEvent::PaletteChange || event->type() == QEvent::StyleChange)
@@ -193,26 +179,13 @@ void RunCharts::applyPalette()
 {
     const QPalette& pal = palette();
     const QColor base = pal.color(QPalette::Base), text = pal.color(QPalette::Text);
-    const QColor grid = mixColors(base, text, 0.16), rule = mixColors(base, text, 0.45);
+    for (QChart* c : {m_memory, m_rss, m_traffic, m_dispatch})
+        paintChart(c, nullptr, pal);
     for (QChartView* v : std::as_const(m_views))
         v->setBackgroundBrush(base);
-    for (QChart* c : {m_memory, m_rss, m_traffic, m_dispatch}) {
-        c->setBackgroundBrush(base);
-        c->setBackgroundPen(Qt::NoPen);
-        c->setPlotAreaBackgroundVisible(false);
-        c->setTitleBrush(text);
-        c->legend()->setLabelColor(text);
-        for (QAbstractAxis* a : c->axes()) {
-            a->setLabelsColor(text);
-            a->setTitleBrush(text);
-            a->setGridLineColor(grid);
-            a->setLinePenColor(rule);
-            a->setShadesVisible(false);
-        }
-    }
     for (QScatterSeries* s : {m_memTokens, m_trafTokens})
         s->setColor(text);
-    m_budgetLine->setPen(QPen(rule, 1.5, Qt::DashLine));
+    m_budgetLine->setPen(QPen(mixColors(base, text, 0.45), 1.5, Qt::DashLine));
 }
 
 void RunCharts::unitFor(double maxBytes, double* unit, QString* name)

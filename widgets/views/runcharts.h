@@ -71,7 +71,6 @@ private:
     QLineSeries* seriesFor(int column);
     void applyPalette();
     void rebuildDispatch();
-    static QChart* makeChart(const QString& title);
     static void unitFor(double maxBytes, double* unit, QString* name);
 
     SamplesModel* m_model;

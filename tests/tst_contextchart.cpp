@@ -89,6 +89,11 @@ private slots:
         QVERIFY(qAbs(gpu->points().back().y() - 556.4816) < 1e-9);
         QCOMPARE(gpu->points().front(), QPointF(1, 100.0 * (321'936 + 1'280) / 1'000'000));
         QCOMPARE(c->shareAxis()->max(), 300.0);
+        // the line passes through its dot: at 530, (321,936 + 1,280 x 530) / 1,000,000 = 100.0336%
+        bool through = false;
+        for (const QPointF& p : gpu->points())
+            through = through || (p.x() == 530 && qAbs(p.y() - 100.0336) < 1e-9);
+        QVERIFY(through);
         QVERIFY(c->deviceSeries("cpu"));
         QVERIFY(!c->deviceSeries("disk")); // no budget share for the disk
 

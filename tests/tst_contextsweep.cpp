@@ -106,6 +106,11 @@ private slots:
         QCOMPARE(s.contexts.back(), int64_t(1000));
         QVERIFY(std::is_sorted(s.contexts.begin(), s.contexts.end()) &&
                 std::adjacent_find(s.contexts.begin(), s.contexts.end()) == s.contexts.end());
+        // the crossings are sampled too: GPU 0 at 530 holds 321,936 + 1,280 x 530 = 1,000,336
+        const auto at530 = std::find(s.contexts.begin(), s.contexts.end(), 530);
+        QVERIFY(at530 != s.contexts.end());
+        QVERIFY(std::find(s.contexts.begin(), s.contexts.end(), 275) != s.contexts.end());
+        QCOMPARE(s.bytes[size_t(at530 - s.contexts.begin())][0], uint64_t(1'000'336));
         QCOMPARE(s.bytes.back()[0], uint64_t(1'601'936));
         QCOMPARE(s.bytes.front()[1], uint64_t(148'688 + 1'280));
     }

@@ -137,6 +137,12 @@ ContextSweep sweepContext(const ModelConfig& config, const ModuleTree& tree, con
         if (s.contexts.empty() || c > s.contexts.back())
             s.contexts.push_back(c);
     }
+    // and each crossing, so a line meets the budget where its dot is
+    for (const ContextSweep::DeviceRow& d : s.devices)
+        if (d.runsOutAt && *d.runsOutAt > 0)
+            s.contexts.push_back(*d.runsOutAt);
+    std::sort(s.contexts.begin(), s.contexts.end());
+    s.contexts.erase(std::unique(s.contexts.begin(), s.contexts.end()), s.contexts.end());
     for (int64_t c : s.contexts) {
         std::vector<uint64_t> row;
         for (const ContextSweep::DeviceRow& d : s.devices)

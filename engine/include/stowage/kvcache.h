@@ -50,7 +50,7 @@ struct ContextSweep {
     int batch = 1;
     int64_t maxContext = 0;
     std::vector<DeviceRow> devices;           // the map's devices, then budgeted ones it leaves empty
-    std::vector<int64_t> contexts;            // the sampled contexts, ascending, maxContext last
+    std::vector<int64_t> contexts;            // sampled contexts and each crossing, ascending, maxContext last
     std::vector<std::vector<uint64_t>> bytes; // [context][device], as `devices`
 };
 // Bytes a device holds at `context` under ContextSweep's accounting.
@@ -58,8 +58,8 @@ struct ContextSweep {
 uint64_t deviceBytesAtContext(const ModelConfig& config, const ModuleTree& tree, const DeviceMap& map,
                               const Device& device, int64_t context, int batch, bool kvInRam);
 // Samples `points` contexts from 1 to maxContext (geometrically, whole
-// numbers, each distinct) and finds each device's crossing exactly (the
-// bytes only grow with the context). Throws InputError naming config.json
+// numbers, each distinct), finds each device's crossing exactly (the bytes
+// only grow with the context) and samples it too. Throws InputError naming config.json
 // for a family whose attention shape Stowage does not know.
 ContextSweep sweepContext(const ModelConfig& config, const ModuleTree& tree, const DeviceMap& map,
                           const Budgets& budgets, int batch, int64_t maxContext, int points = 24);

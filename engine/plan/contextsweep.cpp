@@ -156,9 +156,6 @@ std::vector<std::string> describeContextSweep(const ContextSweep& s)
 {
     std::vector<std::string> out;
     const std::string batch = " with batch " + std::to_string(s.batch);
-    auto at = [&](const std::optional<int64_t>& c) {
-        return c ? "at token " + grouped(uint64_t(*c)) : "beyond token " + grouped(uint64_t(s.maxContext));
-    };
     for (const ContextSweep::DeviceRow& d : s.devices) {
         if (d.budget < 0)
             continue;
@@ -172,7 +169,8 @@ std::vector<std::string> describeContextSweep(const ContextSweep& s)
         else
             line = name + " runs out at token " + grouped(uint64_t(*d.runsOutAt)) + batch;
         if (d.runsOutAtKvInRam != d.runsOutAt && !(d.runsOutAt && *d.runsOutAt == 0))
-            line += "; " + (d.runsOutAtKvInRam ? grouped(uint64_t(*d.runsOutAtKvInRam)) : at(std::nullopt)) +
+            line += "; " + (d.runsOutAtKvInRam ? grouped(uint64_t(*d.runsOutAtKvInRam))
+                                                 : "beyond token " + grouped(uint64_t(s.maxContext))) +
                     " with the KV cache in RAM";
         out.push_back(line);
     }

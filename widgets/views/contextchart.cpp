@@ -105,7 +105,6 @@ void ContextChart::setSweep(const ContextSweep& s)
     for (const std::string& line : describeContextSweep(s))
         lines << QString::fromStdString(line);
     m_summary->setText(lines.isEmpty() ? tr("No device has a budget: nothing runs out.") : lines.join('\n'));
-    applyPalette();
 }
 
 QString ContextChart::summary() const { return m_summary->text(); }

@@ -119,10 +119,9 @@ AttentionShape attention(const ModelConfig& c)
     a.inner = c.integer("intermediate_size", 2880); // one expert's width: experts run one after another
     const int64_t window = slidingWindowOf(c, 128);
     const int64_t layers = c.positive("num_hidden_layers", 36);
-    const auto types = c.raw().find("layer_types");
-    const bool listed = types != c.raw().end() && types->is_array() && int64_t(types->size()) == layers;
+    const auto listed = listedSlidingLayers(c, layers);
     for (int64_t i = 0; i < layers; ++i) {
-        const bool sliding = listed ? (*types)[size_t(i)] == "sliding_attention" : i % 2 == 0;
+        const bool sliding = listed ? (*listed)[size_t(i)] : i % 2 == 0;
         a.cache.push_back({2 * a.kvHeads * a.headDim, sliding ? window : 0});
     }
     return a;

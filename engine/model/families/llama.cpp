@@ -84,12 +84,10 @@ AttentionShape attention(const ModelConfig& c)
     if (type == "mistral")
         a.cache = slidingCache(layers, perPosition, slidingWindowOf(c, 4096), [](int64_t) { return true; });
     if ((type == "qwen2" || type == "qwen3") && c.boolOr("use_sliding_window", false)) {
-        const auto types = c.raw().find("layer_types");
-        const bool listed = types != c.raw().end() && types->is_array() && int64_t(types->size()) == layers;
+        const auto listed = listedSlidingLayers(c, layers);
         const int64_t from = c.integer("max_window_layers", 28);
-        a.cache = slidingCache(layers, perPosition, slidingWindowOf(c, 4096), [&](int64_t i) {
-            return listed ? (*types)[size_t(i)] == "sliding_attention" : i >= from;
-        });
+        a.cache = slidingCache(layers, perPosition, slidingWindowOf(c, 4096),
+                               [&](int64_t i) { return listed ? (*listed)[size_t(i)] : i >= from; });
     }
     return a;
 }

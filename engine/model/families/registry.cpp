@@ -154,6 +154,17 @@ int64_t slidingWindowOf(const ModelConfig& c, int64_t def)
     return it->is_null() ? 0 : c.positive("sliding_window");
 }
 
+std::optional<std::vector<bool>> listedSlidingLayers(const ModelConfig& c, int64_t layers)
+{
+    const auto types = c.raw().find("layer_types");
+    if (types == c.raw().end() || !types->is_array() || int64_t(types->size()) != layers)
+        return std::nullopt;
+    std::vector<bool> out;
+    for (const auto& t : *types)
+        out.push_back(t == "sliding_attention");
+    return out;
+}
+
 std::vector<LayerCacheShape> slidingCache(int64_t layers, int64_t perPosition, int64_t window,
                                           const std::function<bool(int64_t)>& slides)
 {

@@ -105,6 +105,9 @@ int rotaryEmbedding(ModuleTree& t, int parent, const std::string& cls, int64_t r
 // it: `def` (the config class's default; 0 for none) when the key is
 // absent, 0 when it is null, else a positive integer.
 int64_t slidingWindowOf(const ModelConfig& c, int64_t def);
+// Whether layer i slides as config.json's layer_types says ("sliding_attention"),
+// where it lists all `layers`; nullopt where it is absent or lists another number.
+std::optional<std::vector<bool>> listedSlidingLayers(const ModelConfig& c, int64_t layers);
 // AttentionShape::cache for a family whose layers are uniform but may slide
 // (5.6's DynamicCache makes the layers a config marks sliding keep their
 // last `window` positions): one row per layer, `window` where `slides(i)`;

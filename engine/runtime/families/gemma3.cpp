@@ -192,10 +192,8 @@ private:
     at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t window) const
     {
         const int64_t T = q.size(2), S = k.size(2);
-        if (T == 1 && !m_attnCap) { // decoding: the shared kernel over the window's keys
-            const int64_t n = window > 0 ? std::min(S, window) : S;
-            return attention(q, k.narrow(2, S - n, n), v.narrow(2, S - n, n), m_scale);
-        }
+        if (T == 1 && !m_attnCap) // decoding: the shared kernel over the window's keys
+            return attention(q, k, v, m_scale, window);
         at::Tensor scores = at::matmul(q, repeatKv(k, q).transpose(-1, -2)) * m_scale;
         if (m_attnCap)
             scores = at::tanh(scores / *m_attnCap) * *m_attnCap;

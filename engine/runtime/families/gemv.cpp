@@ -264,7 +264,9 @@ std::vector<at::Tensor> gemvAllWith(GemvKernel kernel, const std::vector<at::Ten
     if (!f) {
         for (size_t i = 0; i < ws.size(); ++i) {
             const at::Tensor& w = ws[i];
-            at::Tensor y = (wt == xt && wt != at::kHalf ? at::mv(w, x) : at::mv(w.to(at::kFloat), xin).to(xt))
+            // In fp32 but for fp32 x fp32: LibTorch's own bf16 mv sums in
+            // bf16 on CPUs without AVX-512 (rows of 1024 integers off by 8).
+            at::Tensor y = (wt == xt && wt == at::kFloat ? at::mv(w, x) : at::mv(w.to(at::kFloat), xin).to(xt))
                                .view(shaped(w.size(0)));
             ys.push_back(!after.add.empty() ? after.add[i] + y : after.widen ? y.to(at::kFloat) : y);
         }

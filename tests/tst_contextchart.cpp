@@ -27,8 +27,9 @@ using namespace stowage;
 namespace {
 MainWindow::Options fixedMachine() { return {false, false, {}, false}; }
 
-// tst_contextsweep's model and map: GPU 0 holds 321,936 + 1,280c bytes at
-// context c, the CPU 148,688 + 1,280c; with every cache in RAM 321,936 + 768c
+// tst_contextsweep's model and map: GPU 0 holds 321,936 + 1,792c bytes at
+// context c (every layer's cache: the layers in RAM and on disk compute on
+// GPU 0), the CPU 148,688 + 768c; with every cache in RAM 321,936 + 768c
 // and 148,688 + 1,792c.
 const char* kMap = R"({"model.embed_tokens": 0, "model.layers.0": 0, "model.layers.1": 0, "model.layers.2": "cpu",
   "model.layers.3": "disk", "model.norm": "cpu", "model.rotary_emb": "cpu", "lm_head": 0})";
@@ -72,27 +73,27 @@ private slots:
         page->outlookTabs()->setCurrentWidget(page->contextChart());
 
         ContextChart* c = page->contextChart();
-        QCOMPARE(c->summary(), QString("GPU 0 runs out at token 530 with batch 1; 883 with the KV cache in RAM\n"
-                                       "RAM runs out at token 275 with batch 1; 197 with the KV cache in RAM"));
+        QCOMPARE(c->summary(), QString("GPU 0 runs out at token 379 with batch 1; 883 with the KV cache in RAM\n"
+                                       "RAM runs out at token 458 with batch 1; 197 with the KV cache in RAM"));
         // a dot on the budget line where each runs out
         const QList<QPointF> dots = c->crossings()->points();
         QCOMPARE(dots.size(), 2);
-        QCOMPARE(dots[0], QPointF(530, 100));
-        QCOMPARE(dots[1], QPointF(275, 100));
+        QCOMPARE(dots[0], QPointF(379, 100));
+        QCOMPARE(dots[1], QPointF(458, 100));
         // to the model's longest context, max_position_embeddings 4,096
         QCOMPARE(c->contextAxis()->min(), 1.0);
         QCOMPARE(c->contextAxis()->max(), 4096.0);
-        // GPU 0 at 4,096: (321,936 + 1,280 x 4,096) / 1,000,000 = 556.5%: the axis stops at 300%
+        // GPU 0 at 4,096: (321,936 + 1,792 x 4,096) / 1,000,000 = 766.2%: the axis stops at 300%
         QLineSeries* gpu = c->deviceSeries("0");
         QVERIFY(gpu);
         QCOMPARE(gpu->points().back().x(), 4096.0);
-        QVERIFY(qAbs(gpu->points().back().y() - 556.4816) < 1e-9);
-        QCOMPARE(gpu->points().front(), QPointF(1, 100.0 * (321'936 + 1'280) / 1'000'000));
+        QVERIFY(qAbs(gpu->points().back().y() - 766.1968) < 1e-9);
+        QCOMPARE(gpu->points().front(), QPointF(1, 100.0 * (321'936 + 1'792) / 1'000'000));
         QCOMPARE(c->shareAxis()->max(), 300.0);
-        // the line passes through its dot: at 530, (321,936 + 1,280 x 530) / 1,000,000 = 100.0336%
+        // the line passes through its dot: at 379, (321,936 + 1,792 x 379) / 1,000,000 = 100.1104%
         bool through = false;
         for (const QPointF& p : gpu->points())
-            through = through || (p.x() == 530 && qAbs(p.y() - 100.0336) < 1e-9);
+            through = through || (p.x() == 379 && qAbs(p.y() - 100.1104) < 1e-9);
         QVERIFY(through);
         QVERIFY(c->deviceSeries("cpu"));
         QVERIFY(!c->deviceSeries("disk")); // no budget share for the disk
@@ -107,8 +108,8 @@ private slots:
         for (const std::string& l : describeContextSweep(now))
             lines << QString::fromStdString(l);
         QCOMPARE(c->summary(), lines.join('\n'));
-        QVERIFY(c->summary() != QString("GPU 0 runs out at token 530 with batch 1; 883 with the KV cache in RAM\n"
-                                        "RAM runs out at token 275 with batch 1; 197 with the KV cache in RAM"));
+        QVERIFY(c->summary() != QString("GPU 0 runs out at token 379 with batch 1; 883 with the KV cache in RAM\n"
+                                        "RAM runs out at token 458 with batch 1; 197 with the KV cache in RAM"));
     }
 
     void followsADarkPalette()

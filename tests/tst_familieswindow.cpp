@@ -9,10 +9,12 @@
 #include "display.h"
 #include "fixtures.h"
 #include "gemmafixtures.h"
+#include "gptossfixtures.h"
 #include "hubcachedialog.h"
 #include "hubcachemodel.h"
 #include "mainwindow.h"
 #include "moefixtures.h"
+#include "budgetmodel.h"
 #include "moduletreemodel.h"
 #include "placementmap.h"
 #include "planningpage.h"
@@ -20,6 +22,7 @@
 
 #include <QAbstractItemModelTester>
 #include <QApplication>
+#include <QLabel>
 #include <QSignalSpy>
 #include <QTabWidget>
 #include <QTableView>
@@ -60,6 +63,7 @@ private slots:
     void mixtralFromAFolderShowsExpertsAndTheirShare();
     void qwen3MoeFromTheHubCache();
     void gemma3ShowsItsVisionTowerAndProjector();
+    void quantizedGptOssFollowsTheSimulatedGpu();
 
 private:
     bool open(MainWindow& w, const QString& path);
@@ -70,6 +74,43 @@ void TestFamiliesWindow::initTestCase()
     QVERIFY(m_tmp.isValid());
     QApplication::setOrganizationName("StowageTest");
     QApplication::setApplicationName("tst_familieswindow");
+}
+
+void TestFamiliesWindow::quantizedGptOssFollowsTheSimulatedGpu()
+{
+    // gpt-oss-20b as OpenAI ships it (MXFP4 experts), before download. With
+    // no GPU, 5.6 dequantizes the experts to bf16 (41,829,514,624 bytes);
+    // a simulated H100 runs the MXFP4 kernels: 13,177,339,264 bytes
+    // (tst_quantization derives both). The page says which, and re-sizes
+    // the tree when the GPU comes and goes; the Run page says it cannot run it.
+    const std::string d = m_tmp.path().toStdString() + "/gpt-oss-mxfp4";
+    std::filesystem::create_directories(d);
+    fixtures::GptOssShape s;
+    s.mxfp4 = true;
+    fixtures::writeSharded(d, fixtures::gptOssTensors(s, DType::BF16), 3, false, /*writeShards=*/false);
+    fixtures::writeJson(d + "/config.json", fixtures::gptOssConfig(s, DType::BF16));
+    MainWindow w(fixedMachine());
+    QVERIFY(open(w, QString::fromStdString(d)));
+    PlanningPage* page = w.planningPage();
+    auto* note = page->findChild<QLabel*>("quantNote");
+    QVERIFY(note && note->isVisible());
+    QVERIFY2(note->text().startsWith("MXFP4 weights will be dequantized to bfloat16"), qPrintable(note->text()));
+    QCOMPARE(page->tree()->root().bytes, uint64_t(41'829'514'624));
+    QCOMPARE(page->plan()->quantization, note->text().toStdString());
+
+    BudgetModel* m = w.budgetModel();
+    const int row = m->addSimulatedGpu("NVIDIA H100 80GB", "h100-80gb", 80'000'000'000ULL);
+    QTRY_VERIFY(note->text().startsWith("MXFP4 weights stay quantized"));
+    QCOMPARE(page->tree()->root().bytes, uint64_t(13'177'339'264));
+    // The plan on screen is sized the same way: GPU 0 holds all of it.
+    QCOMPARE(page->plan()->deviceMap.size(), size_t(1));
+    QCOMPARE(page->plan()->deviceMap[0].second, Device::gpu(0));
+    QVERIFY(m->removeSimulatedGpu(row));
+    QTRY_VERIFY(note->text().startsWith("MXFP4 weights will be dequantized"));
+    QCOMPARE(page->tree()->root().bytes, uint64_t(41'829'514'624));
+
+    w.pages()->setCurrentWidget(w.runPage());
+    QVERIFY2(w.runPage()->noteText().contains("Only config.json and the index are here"), qPrintable(w.runPage()->noteText()));
 }
 
 bool TestFamiliesWindow::open(MainWindow& w, const QString& path)

@@ -525,6 +525,36 @@ void TestGui::demoOpensOnItsOwnBudgetsAndGivesThemBack()
     QCOMPARE(m->gpuCount(), 1);
     QVERIFY(m->at(m->rowOf(Device::gpu(0))).simulated);
     QVERIFY(w.planningPage()->budgetNote().startsWith("Demo budgets"));
+    // The note's tint follows the palette: light on a light window, dark
+    // with light text on a dark one, and light again when it returns.
+    auto* note = w.findChild<QLabel*>("budgetNote");
+    QVERIFY(note && note->isVisible());
+    auto lightness = [&] {
+        QApplication::processEvents();
+        const QImage img = note->grab().toImage();
+        double sum = 0;
+        int n = 0, bright = 0;
+        for (int y = 2; y < img.height() - 2; y += 3)
+            for (int x = 2; x < img.width() - 2; x += 3, ++n) {
+                const double l = QColor(img.pixel(x, y)).lightnessF();
+                sum += l;
+                bright += l > 0.6;
+            }
+        return std::make_pair(n ? sum / n : 0.0, n ? double(bright) / n : 0.0);
+    };
+    const QPalette light = QApplication::palette();
+    QVERIFY(lightness().first > 0.75);
+    QPalette dark;
+    dark.setColor(QPalette::Window, QColor(0x2b2b2b));
+    dark.setColor(QPalette::WindowText, QColor(0xe6e6e6));
+    dark.setColor(QPalette::Base, QColor(0x1e1e1e));
+    dark.setColor(QPalette::Text, QColor(0xe6e6e6));
+    QApplication::setPalette(dark);
+    const auto [darkMean, darkText] = lightness();
+    QApplication::setPalette(light);
+    QVERIFY2(darkMean < 0.45, qPrintable(QString::number(darkMean)));
+    QVERIFY2(darkText > 0.005, qPrintable(QString::number(darkText))); // its words are light
+    QVERIFY(lightness().first > 0.75);
     // All three kinds of memory hold part of the demo.
     std::set<Device::Kind> kinds;
     for (const auto& [module, device] : w.planningPage()->plan()->deviceMap)

@@ -5,9 +5,11 @@
 #include "moefixtures.h"
 #include "stowage/checkpoint.h"
 #include "stowage/model.h"
+#include "stowage/planner.h"
 
 #include <QtTest>
 
+#include <cmath>
 #include <set>
 
 using namespace stowage;
@@ -19,6 +21,7 @@ private slots:
     void decodeReadsOnlyRoutedExperts_data();
     void decodeReadsOnlyRoutedExperts();
     void expertsOnAnotherDevice();
+    void expertsInRamPlansAndRuns();
 };
 
 namespace {
@@ -134,6 +137,64 @@ void TestMoe::expertsOnAnotherDevice()
     // layer 0 from disk to GPU 0: its 13,568 bytes and two experts' 49,152.
     QCOMPARE(t.diskReadBytes() - before, uint64_t(13'568 + 2 * 24'576));
     QCOMPARE(t.h2dBytes() - h2d, uint64_t(13'568 + 2 * 24'576));
+}
+
+void TestMoe::expertsInRamPlansAndRuns()
+{
+    // The experts_in_ram strategy on this Mixtral (fp32): the dense part of
+    // a layer is 13,568 bytes (attention 12,288, router 1,024, norms 256),
+    // its experts 8 x 24,576 = 196,608; embed_tokens and lm_head 8,192 each,
+    // norm 128, rotary_emb 32. GPU 0 = 100,000: every dense part fits
+    // (43,680), a layer's experts after them do not (240,288): both layers'
+    // experts go to RAM.
+    const std::string d = writeCheckpoint(m_tmp.path());
+    Checkpoint ck = Checkpoint::open(d);
+    ModuleTree tree = buildModuleTree(ck, DType::F32);
+    PlanOptions po;
+    po.strategy = Strategy::ExpertsInRam;
+    po.maxMemory = Budgets{{Device::gpu(0), 100'000}, {Device::cpu(), 1'000'000}};
+    const Plan plan = planDeviceMap(tree, po);
+    std::string text;
+    for (const auto& [k, dev] : plan.deviceMap)
+        text += (text.empty() ? "" : ", ") + k + ":" + dev.name();
+    std::string expected = "model.embed_tokens:0";
+    for (int i = 0; i < 2; ++i) {
+        const std::string L = "model.layers." + std::to_string(i) + ".";
+        expected += ", " + L + "self_attn:0, " + L + "mlp.gate:0, " + L + "mlp.experts:cpu, " + L +
+                    "input_layernorm:0, " + L + "post_attention_layernorm:0";
+    }
+    expected += ", model.norm:0, model.rotary_emb:0, lm_head:0";
+    QCOMPARE(QString::fromStdString(text), QString::fromStdString(expected));
+    QVERIFY(validateDeviceMap(tree, plan.deviceMap).errors.empty()); // a map from_pretrained accepts
+
+    // It runs: each decode step moves only the two routed experts of each
+    // layer to the (simulated) GPU, 2 x 2 x 24,576 = 98,304 bytes, and the
+    // logits are those of the model all in RAM.
+    LoadOptions lo;
+    lo.dtype = DType::F32;
+    lo.simulateGpus = true;
+    lo.policy = ExecutionPolicy::AccelerateLike;
+    lo.deviceMap = plan.deviceMap;
+    auto split = Model::load(ck, tree, lo);
+    LoadOptions ram = lo;
+    ram.deviceMap = {{"", Device::cpu()}};
+    auto all = Model::load(ck, tree, ram);
+    const std::vector<int32_t> prompt{3, 17, 5};
+    auto close = [](const std::vector<float>& a, const std::vector<float>& b) {
+        if (a.size() != b.size())
+            return false;
+        for (size_t i = 0; i < a.size(); ++i)
+            if (std::abs(a[i] - b[i]) > 1e-4f * std::max(1.0f, std::abs(b[i])))
+                return false;
+        return true;
+    };
+    QVERIFY(close(split->forward(prompt), all->forward(prompt)));
+    Telemetry& t = split->telemetry();
+    for (int32_t id : {9, 30, 41}) {
+        const uint64_t h2d = t.h2dBytes();
+        QVERIFY(close(split->forward({id}), all->forward({id})));
+        QCOMPARE(t.h2dBytes() - h2d, uint64_t(2 * 2 * 24'576));
+    }
 }
 
 QTEST_APPLESS_MAIN(TestMoe)

@@ -2,9 +2,11 @@
 // from infer_auto_device_map / get_balanced_memory / clean_device_map (see
 // docs/planner.md); the comments walk through why.
 #include "fixtures.h"
+#include "planfixtures.h"
 #include "moefixtures.h"
 #include "stowage/checkpoint.h"
 #include "stowage/error.h"
+#include "stowage/kvcache.h"
 #include "stowage/planner.h"
 
 #include <QtTest>
@@ -13,25 +15,11 @@
 #include <random>
 
 using namespace stowage;
+using fixtures::budgets;
+using fixtures::mapText;
 namespace fs = std::filesystem;
 
 namespace {
-
-Budgets budgets(std::vector<std::pair<std::string, double>> spec)
-{
-    Budgets b;
-    for (auto& [d, v] : spec)
-        b.push_back({*Device::parse(d), v});
-    return b;
-}
-
-std::string mapText(const DeviceMap& m)
-{
-    std::string s;
-    for (const auto& [k, d] : m)
-        s += (s.empty() ? "" : ", ") + (k.empty() ? std::string("''") : k) + ":" + d.name();
-    return s;
-}
 
 // distilgpt2-shaped tree without writing any file: the skeleton is all the planner needs.
 ModuleTree distilgpt2(const std::string& dir)
@@ -413,13 +401,41 @@ void TestPlanner::kvCacheReservesRoom()
     QCOMPARE(QString::fromStdString(mapText(p.deviceMap)),
              QString("transformer.wte:0, lm_head:0, transformer.wpe:0, transformer.drop:0, transformer.ln_f:cpu, "
                      "transformer.h:cpu"));
-    QCOMPARE(p.devices[1].reserved, uint64_t(6'000'000 + 15'175'744));
-    // the two parts: the KV cache of the 6 blocks on the cpu, the largest block kept free
-    QCOMPARE(p.devices[1].reservedKv, uint64_t(6'000'000));
-    QCOMPARE(p.devices[1].reservedLayer, uint64_t(15'175'744));
+    // Every layer's cache lives on GPU 0, the execution device (the blocks in
+    // RAM compute there too): GPU 0 keeps all 6,000,000 and the blocks are
+    // placed by their weights (14,175,744). GPU 0 offers 94,000,000 less the
+    // largest block still to place: 79,824,256 >= 77,194,752 + 1,572,864.
+    QCOMPARE(p.devices[0].reservedKv, uint64_t(6'000'000));
+    QCOMPARE(p.devices[0].budget, 100e6); // the budget as given; the caches' room is in reservedKv
+    // the cpu keeps the largest block free, and no cache
+    QCOMPARE(p.devices[1].reservedKv, uint64_t(0));
+    QCOMPARE(p.devices[1].reservedLayer, uint64_t(14'175'744));
+    QCOMPARE(p.devices[1].reserved, uint64_t(14'175'744));
     // an activation reserve of 10 MB on GPU 0 pushes wte off it
     o.kv->activationBytes = 10'000'000;
     QCOMPARE(QString::fromStdString(mapText(planDeviceMap(t, o).deviceMap)), QString("'':cpu"));
+
+    // No GPU: a block placed on disk computes on the CPU, so its cache
+    // lives in RAM, never on the disk. cpu = 140,000,000, sequential: RAM
+    // keeps the 6,000,000 of caches and offers 134,000,000 less the largest
+    // block (14,175,744) = 119,824,256: wte, wpe and blocks 0-1
+    // (107,119,104); block 2 would make 121,294,848: it, blocks 3-5 and ln_f
+    // go to disk.
+    o.kv->activationBytes = 0;
+    o.maxMemory = budgets({{"cpu", 140e6}});
+    Plan disk = planDeviceMap(t, o);
+    QCOMPARE(QString::fromStdString(mapText(disk.deviceMap)),
+             QString("transformer.wte:cpu, lm_head:cpu, transformer.wpe:cpu, transformer.drop:cpu, "
+                     "transformer.h.0:cpu, transformer.h.1:cpu, transformer.h.2:disk, transformer.h.3:disk, "
+                     "transformer.h.4:disk, transformer.h.5:disk, transformer.ln_f:disk"));
+    QCOMPARE(disk.devices.size(), size_t(2));
+    QCOMPARE(disk.devices[0].reservedKv, uint64_t(6'000'000)); // every block's cache in RAM
+    QCOMPARE(disk.devices[1].reservedKv, uint64_t(0));         // none on disk
+    QCOMPARE(disk.devices[1].used, uint64_t(4 * 14'175'744 + 3'072)); // weights only
+    // The context sweep counts the caches on the same devices.
+    const std::vector<Device> cacheAt = layerCacheDevices(t, disk.deviceMap, "GPT2Block");
+    QCOMPARE(cacheAt, std::vector<Device>(6, Device::cpu()));
+    QCOMPARE(layerCacheDevices(t, p.deviceMap, "GPT2Block"), std::vector<Device>(6, Device::gpu(0)));
 }
 
 void TestPlanner::propertiesOverRandomBudgets()

@@ -61,9 +61,20 @@ nlohmann::ordered_json storedNames(const Checkpoint& ck, const ModuleTree& tree)
 
 int inspectCommand(const std::vector<std::string>& argv)
 {
-    Args a(argv, {"--dtype", "--reference"}, {"--json"});
+    Args a(argv, {"--dtype", "--reference", "--hardware"}, {"--json"});
     Checkpoint ck = Checkpoint::open(checkpointPath(a));
     ModuleTree tree = buildModuleTree(ck, parseDTypeOption(a), parseReferenceOption(a));
+    // A quantized checkpoint: sized as its quantizer leaves it on the
+    // machine (--hardware, else this one), with the other size beside it.
+    std::optional<QuantDecision> quant;
+    uint64_t otherBytes = 0;
+    if (const Quantization* q = tree.quantization()) {
+        quant = quantDecision(*q, quantTargetFromArgs(a));
+        ModuleTree other = tree;
+        other.setQuantApplied(!quant->applied);
+        tree.setQuantApplied(quant->applied);
+        otherBytes = other.root().bytes;
+    }
     for (const auto& w : ck.warnings())
         std::fprintf(stderr, "stowage-cli: warning: %s\n", w.c_str());
 
@@ -94,6 +105,15 @@ int inspectCommand(const std::vector<std::string>& argv)
                 storedAs[p.name] = ck.tensors()[size_t(p.tensor)].name;
         // Parameters made of several stored tensors (fused MoE experts).
         j["stored_names"] = storedNames(ck, tree);
+        if (quant) {
+            const bool applied = tree.quantApplied();
+            j["quantization"] = {{"method", tree.quantization()->method},
+                                 {"label", tree.quantization()->label()},
+                                 {"applied", applied},
+                                 {"why", quant->why},
+                                 {"quantized_bytes", applied ? tree.root().bytes : otherBytes},
+                                 {"dequantized_bytes", applied ? otherBytes : tree.root().bytes}};
+        }
         std::cout << j.dump(2) << '\n';
         return 0;
     }
@@ -103,7 +123,12 @@ int inspectCommand(const std::vector<std::string>& argv)
                 tree.modelType().empty() ? "unknown model_type" : tree.modelType().c_str(),
                 dtypeTorchName(*tree.dtype()), grouped(tree.root().paramCount).c_str(), referenceName(tree.reference()),
                 ck.indexOnly() ? "  [index only: shapes from config.json]" : "");
-    std::printf("total %s (%s bytes)\n\n", humanBytes(total).c_str(), grouped(total).c_str());
+    std::printf("total %s (%s bytes)\n", humanBytes(total).c_str(), grouped(total).c_str());
+    if (quant)
+        std::printf("%s %s (%s): %s %s\n", tree.quantization()->label().c_str(),
+                    tree.quantApplied() ? "stays quantized" : "is dequantized at load", quant->why.c_str(),
+                    humanBytes(otherBytes).c_str(), tree.quantApplied() ? "if dequantized" : "quantized");
+    std::printf("\n");
     std::printf("%-56s %-28s %12s %7s\n", "module", "class", "size", "share");
     for (const auto& m : tree.modules()) {
         std::string label = std::string(static_cast<size_t>(m.depth) * 2, ' ') +

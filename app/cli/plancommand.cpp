@@ -68,6 +68,8 @@ int planCommand(const std::vector<std::string>& argv)
     ModuleTree tree = buildModuleTree(ck, parseDTypeOption(a), parseReferenceOption(a));
 
     PlanOptions o = planOptionsFromArgs(a, ck, tree);
+    if (const Quantization* q = tree.quantization()) // sized as the quantizer leaves it on the target, everywhere below
+        tree.setQuantApplied(quantDecision(*q, o.quantTarget).applied);
     // Measured (or loaded) once, only when a report or an explanation needs it.
     std::optional<HardwareProfile> hw;
     auto hardware = [&]() -> const HardwareProfile& {
@@ -93,6 +95,8 @@ int planCommand(const std::vector<std::string>& argv)
     } else {
         plan = planDeviceMap(tree, o);
     }
+    if (!plan.refusal.empty())
+        warnings.push_back(plan.refusal);
     for (const auto& w : warnings)
         std::fprintf(stderr, "stowage-cli: warning: %s\n", w.c_str());
 
@@ -114,6 +118,10 @@ int planCommand(const std::vector<std::string>& argv)
             ds.push_back({{"device", d.device.name()}, {"budget", d.budget < 0 ? nlohmann::ordered_json() : nlohmann::ordered_json(d.budget)},
                           {"used", d.used}, {"reserved", d.reserved}});
         r["notes"] = plan.notes;
+        if (!plan.quantization.empty())
+            r["quantization"] = plan.quantization;
+        if (!plan.refusal.empty())
+            r["refused_by_transformers"] = plan.refusal;
         if (o.kv)
             r["kv_cache"] = {{"context", o.kv->context}, {"batch", o.kv->batch},
                              {"bytes_per_layer", o.kv->bytesPerLayer}, {"activation_bytes", o.kv->activationBytes}};
@@ -147,6 +155,8 @@ int planCommand(const std::vector<std::string>& argv)
 
     std::printf("device map (%s, %s, %s reference) for %s\n", strategyName(o.strategy), dtypeTorchName(*tree.dtype()),
                 referenceName(o.reference), ck.weightsPath().c_str());
+    if (!plan.quantization.empty())
+        std::printf("quantization: %s\n", plan.quantization.c_str());
     for (const auto& e : plan.entries) {
         std::printf("  %-48s %-5s %12s\n", e.module.empty() ? "(whole model)" : e.module.c_str(), e.device.name().c_str(),
                     e.bytes ? humanBytes(e.bytes).c_str() : "");
@@ -164,7 +174,8 @@ int planCommand(const std::vector<std::string>& argv)
                                        ? "transformers 5.6 from_pretrained(device_map=...) with Accelerate 1.13"
                                        : "Accelerate 1.13 get_balanced_memory + infer_auto_device_map with dtype");
     for (const auto& n : plan.notes)
-        std::printf("note: %s\n", n.c_str());
+        if (n != plan.quantization) // printed above
+            std::printf("note: %s\n", n.c_str());
     // Predicted decode speed on the hardware (--hardware, else this machine).
     std::printf("predicted decode on %s%s:\n", hardware().name.c_str(), hardware().simulated ? " (preset)" : "");
     for (auto pol : kPolicies) {

@@ -4,6 +4,7 @@
 #include "stowage/costmodel.h"
 #include "stowage/error.h"
 #include "stowage/fileio.h"
+#include "stowage/hardware.h"
 #include "stowage/kvcache.h"
 
 
@@ -59,13 +60,24 @@ Reference parseReferenceOption(const Args& a)
 }
 std::set<std::string> planFlagOptions() { return {"--offload-buffers"}; }
 
+QuantTarget quantTargetFromArgs(const Args& a)
+{
+    // The machine a quantizer sees: --hardware's GPU 0, else this one's.
+    QuantTarget t;
+    if (auto h = a.value("--hardware"))
+        t = quantTargetOf(hardwareFromSpec(*h));
+    else if (!detectMachineMemory().gpuFreeBytes.empty())
+        t.cuda = true; // capability unknown: assumed recent
+    return t;
+}
+
 PlanOptions planOptionsFromArgs(const Args& a, const Checkpoint& ck, const ModuleTree& tree)
 {
     PlanOptions o;
     if (auto s = a.value("--strategy")) {
         auto st = strategyFromName(*s);
         if (!st)
-            throw InputError("--strategy " + *s, "expected auto, balanced, balanced_low_0 or sequential");
+            throw InputError("--strategy " + *s, "expected auto, balanced, balanced_low_0, sequential or experts_in_ram");
         o.strategy = *st;
     }
     o.reference = parseReferenceOption(a);
@@ -78,6 +90,8 @@ PlanOptions planOptionsFromArgs(const Args& a, const Checkpoint& ck, const Modul
         o.noSplit = a.values("--no-split");
     o.offloadBuffers = a.flag("--offload-buffers");
     o.kv = parseKv(a, ck, tree);
+    if (tree.quantization())
+        o.quantTarget = quantTargetFromArgs(a);
     return o;
 }
 

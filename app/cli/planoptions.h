@@ -21,6 +21,9 @@ Reference parseReferenceOption(const Args& args);
 // What get_max_memory reports on this machine: each GPU's free memory and the available RAM.
 Budgets machineBudgets();
 // Without --max-memory, the budgets are what this machine has free (as Accelerate's get_max_memory).
+// What a quantized checkpoint's quantizer sees (quantization.h): GPU 0 of
+// --hardware, else this machine.
+QuantTarget quantTargetFromArgs(const Args& a);
 PlanOptions planOptionsFromArgs(const Args& args, const Checkpoint& ck, const ModuleTree& tree);
 // A user's device-map JSON, validated against the tree (the first error is thrown as InputError).
 DeviceMap loadDeviceMap(const std::string& path, const ModuleTree& tree, std::vector<std::string>* warnings);

@@ -14,6 +14,7 @@
 #include "stowage/checkpoint.h"
 #include "stowage/fileio.h"
 #include "stowage/moduletree.h"
+#include "tintedbanner.h"
 
 #include <QAction>
 #include <QActionGroup>
@@ -58,7 +59,8 @@ struct MainWindow::Opened {
     std::shared_ptr<const ModuleTree> tree;
     std::optional<ModelConfig> config;
     DType dtype = DType::BF16;
-    QString summary;
+    QString weightsPath;
+    bool indexOnly = false;
     QString error;
     QString cannotRun; // why this checkpoint cannot run here, or empty
 };
@@ -82,7 +84,9 @@ MainWindow::MainWindow(Options options, QWidget* parent) : QMainWindow(parent), 
 
     m_errorBar = new QWidget(central);
     m_errorBar->setObjectName("errorBar");
-    m_errorBar->setStyleSheet("#errorBar { background: #fde2e2; border: 1px solid #e8a0a0; border-radius: 3px; } QLabel { color: #7a1010; }");
+    followPalette(m_errorBar, [](const QPalette& p) {
+        return bannerStyle(p, QStringLiteral("#errorBar"), errorTint(), errorInk(), QString());
+    });
     auto* el = new QHBoxLayout(m_errorBar);
     el->setContentsMargins(8, 4, 4, 4);
     m_errorLabel = new QLabel(m_errorBar);
@@ -475,8 +479,25 @@ void MainWindow::addCustomGpu()
     dlg->open();
 }
 
+void MainWindow::updateSummary()
+{
+    // The tree on screen: the dtype chosen, and a quantized checkpoint sized
+    // as its quantizer leaves it on the plan's hardware.
+    const std::shared_ptr<const ModuleTree> tree = m_page->tree();
+    if (!tree || m_summaryOf.first.isEmpty())
+        return;
+    m_summary->setText(tr("<b>%1</b> — %2, %3, %4 in %5 modules%6")
+                           .arg(m_summaryOf.first.toHtmlEscaped())
+                           .arg(QString::fromStdString(tree->modelType().empty() ? "unknown model_type" : tree->modelType()))
+                           .arg(QString::fromLatin1(dtypeTorchName(tree->dtype().value_or(DType::F32))))
+                           .arg(formatBytes(tree->root().bytes))
+                           .arg(tree->modules().size())
+                           .arg(m_summaryOf.second ? tr(" <i>(index only: planned before download)</i>") : QString()));
+}
+
 void MainWindow::planChanged()
 {
+    updateSummary();
     const bool has = m_page->plan() != nullptr;
     for (QAction* a : m_planActions)
         a->setEnabled(has);
@@ -609,13 +630,8 @@ void MainWindow::openCheckpoint(const QString& path)
             Checkpoint ck = Checkpoint::open(path.toStdString());
             auto tree = std::make_shared<ModuleTree>(buildModuleTree(ck, std::nullopt));
             r->dtype = tree->dtype().value_or(DType::F32);
-            r->summary = QObject::tr("<b>%1</b> — %2, %3, %4 in %5 modules%6")
-                             .arg(QString::fromStdString(ck.weightsPath()).toHtmlEscaped())
-                             .arg(QString::fromStdString(tree->modelType().empty() ? "unknown model_type" : tree->modelType()))
-                             .arg(QString::fromLatin1(dtypeTorchName(r->dtype)))
-                             .arg(formatBytes(tree->root().bytes))
-                             .arg(tree->modules().size())
-                             .arg(ck.indexOnly() ? QObject::tr(" <i>(index only: planned before download)</i>") : QString());
+            r->weightsPath = QString::fromStdString(ck.weightsPath());
+            r->indexOnly = ck.indexOnly();
             r->folder = QString::fromStdString(ck.folder());
             r->config = ck.config();
             if (ck.indexOnly())
@@ -625,6 +641,11 @@ void MainWindow::openCheckpoint(const QString& path)
                 r->cannotRun = QObject::tr("model_type '%1' has no runner: Stowage plans it from its tensor "
                                            "names but cannot run it.")
                                    .arg(QString::fromStdString(tree->modelType()));
+            else if (const Quantization* q = tree->quantization())
+                r->cannotRun = QObject::tr("%1 weights (quantization_config) are sized and planned as transformers "
+                                           "5.6 plans them, but Stowage does not run quantized weights yet; an "
+                                           "unquantized checkpoint of the model runs.")
+                                   .arg(QString::fromStdString(q->label()));
             r->tree = std::move(tree);
         } catch (const std::exception& e) {
             r->error = QString::fromStdString(e.what());
@@ -651,7 +672,8 @@ void MainWindow::showOpened(int job, const std::shared_ptr<Opened>& r)
     m_run->modelOpened(r->cannotRun);
     m_view->expandToDepth(1);
     m_view->resizeColumnToContents(ModuleTreeModel::ClassColumn);
-    m_summary->setText(r->summary);
+    m_summaryOf = {r->weightsPath, r->indexOnly};
+    updateSummary();
     action("importMap")->setEnabled(true);
     setWindowTitle(tr("%1 — Stowage").arg(r->path));
     statusBar()->showMessage(tr("Opened %1").arg(r->path), 5000);

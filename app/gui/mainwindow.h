@@ -105,6 +105,8 @@ private:
     ModuleTreeModel* m_model = nullptr;
     QTreeView* m_view = nullptr;
     QLabel* m_summary = nullptr;
+    std::pair<QString, bool> m_summaryOf; // the open checkpoint's weights path, and whether only its index is here
+    void updateSummary();
     QWidget* m_errorBar = nullptr;
     QLabel* m_errorLabel = nullptr;
     QSplitter* m_splitter = nullptr;

@@ -12,6 +12,7 @@
 #include "predictionmodel.h"
 #include "sharebardelegate.h"
 #include "snippets.h"
+#include "tintedbanner.h"
 #include "stowage/kvcache.h"
 #include "stowage/moduledevices.h"
 #include "stowage/placementlayout.h"
@@ -36,13 +37,13 @@ namespace {
 const ExecutionPolicy kPolicies[] = {ExecutionPolicy::AccelerateLike, ExecutionPolicy::Prefetch,
                                      ExecutionPolicy::ComputeWhereItLives};
 
-QLabel* banner(QWidget* parent, const char* name, const char* style)
+QLabel* banner(QWidget* parent, const char* name, QColor tint, QColor text)
 {
     auto* l = new QLabel(parent);
     l->setObjectName(QLatin1String(name));
     l->setWordWrap(true);
     l->setTextInteractionFlags(Qt::TextSelectableByMouse);
-    l->setStyleSheet(QLatin1String(style));
+    followPalette(l, [tint, text](const QPalette& p) { return bannerStyle(p, QStringLiteral("QLabel"), tint, text); });
     l->hide();
     return l;
 }
@@ -85,15 +86,19 @@ PlanningPage::PlanningPage(ModuleTreeModel* treeModel, QWidget* parent) : QWidge
     auto* devicesBox = new QGroupBox(tr("Devices and budgets (max_memory)"), this);
     auto* dl = new QVBoxLayout(devicesBox);
     m_bars = new BudgetBarsView(m_budgets, devicesBox);
-    m_budgetNote = banner(devicesBox, "budgetNote", "QLabel { background: #fff4d6; color: #5a4200; padding: 4px; border-radius: 3px; }");
+    m_budgetNote = banner(devicesBox, "budgetNote", noteTint(), noteInk());
     dl->addWidget(m_budgetNote);
     dl->addWidget(m_bars);
     layout->addWidget(devicesBox);
 
     auto* placementBox = new QGroupBox(tr("Placement"), this);
     auto* pl = new QVBoxLayout(placementBox);
-    m_error = banner(placementBox, "planError", "QLabel { background: #fde2e2; color: #7a1010; padding: 4px; border-radius: 3px; }");
-    m_banner = banner(placementBox, "importBanner", "QLabel { background: #e2ecfd; color: #10307a; padding: 4px; border-radius: 3px; }");
+    m_error = banner(placementBox, "planError", errorTint(), errorInk());
+    m_banner = banner(placementBox, "importBanner", infoTint(), infoInk());
+    // A quantized checkpoint: how its weights are sized on the plan's
+    // hardware (dequantized or not), and why 5.6 would refuse the map.
+    m_quantNote = banner(placementBox, "quantNote", noteTint(), noteInk());
+    m_quantRefusal = banner(placementBox, "quantRefusal", errorTint(), errorInk());
     m_placement = new PlacementMap(placementBox);
     m_placement->setObjectName("placementMap");
     m_totals = new QLabel(tr("No plan yet."), placementBox);
@@ -103,6 +108,8 @@ PlanningPage::PlanningPage(ModuleTreeModel* treeModel, QWidget* parent) : QWidge
     m_totals->setTextInteractionFlags(Qt::TextSelectableByMouse);
     pl->addWidget(m_error);
     pl->addWidget(m_banner);
+    pl->addWidget(m_quantNote);
+    pl->addWidget(m_quantRefusal);
     pl->addWidget(m_placement);
     pl->addWidget(m_totals);
     layout->addWidget(placementBox);
@@ -248,14 +255,25 @@ void PlanningPage::resize()
         return;
     const std::optional<DType> dt = m_controls->dtype();
     const Reference ref = m_controls->reference();
-    if (!dt && ref == m_baseTree->reference()) {
+    const bool quant = m_quantOnTarget = quantAppliedOnTarget();
+    if (!dt && ref == m_baseTree->reference() && quant == m_baseTree->quantApplied()) {
         m_tree = m_baseTree;
     } else {
         auto t = std::make_shared<ModuleTree>(*m_baseTree);
         t->setSizing(dt ? dt : std::optional<DType>(m_autoDType), ref);
+        if (t->quantization())
+            t->setQuantApplied(quant);
         m_tree = std::move(t);
     }
     m_treeModel->setTree(m_tree);
+}
+
+bool PlanningPage::quantAppliedOnTarget() const
+{
+    // The quantizer sees GPU 0 of the hardware the plan is for: a simulated
+    // GPU's preset, this machine's GPU, or none.
+    const Quantization* q = m_baseTree ? m_baseTree->quantization() : nullptr;
+    return q && quantDecision(*q, quantTargetOf(predictionProfile())).applied;
 }
 
 PlanOptions PlanningPage::options() const
@@ -266,6 +284,8 @@ PlanOptions PlanningPage::options() const
     o.maxMemory = m_budgets->budgets();
     o.noSplit = m_controls->noSplit();
     o.kv = m_kv;
+    if (m_baseTree && m_baseTree->quantization())
+        o.quantTarget = quantTargetOf(predictionProfile());
     return o;
 }
 
@@ -288,6 +308,8 @@ void PlanningPage::replan()
         m_problems->clear();
         m_problems->hide();
     }
+    if (m_baseTree && m_baseTree->quantization() && quantAppliedOnTarget() != m_quantOnTarget)
+        resize(); // GPUs added or removed: the quantizer's choice may change the sizes
     m_kv.reset();
     QString kvProblem;
     if (const auto kv = m_controls->kvCache()) {
@@ -310,6 +332,10 @@ void PlanningPage::applyPlan(Plan plan)
 {
     auto shared = std::make_shared<const Plan>(std::move(plan));
     m_plan = shared;
+    m_quantNote->setText(QString::fromStdString(shared->quantization));
+    m_quantNote->setVisible(!shared->quantization.empty());
+    m_quantRefusal->setText(QString::fromStdString(shared->refusal));
+    m_quantRefusal->setVisible(!shared->refusal.empty());
     const ModuleDevices devices = moduleDevices(*m_tree, shared->deviceMap);
     m_treeModel->setDevices(devices);
     PlacementLayout layout = layoutPlacement(*m_tree, devices);

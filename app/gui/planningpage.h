@@ -100,6 +100,7 @@ public:
     // typical host's), its real GPUs, and each simulated GPU's preset (or the
     // assumed GPU for one without); `assumptions` says which is which.
     HardwareProfile predictionProfile(QStringList* assumptions = nullptr) const;
+    bool quantAppliedOnTarget() const;
 
 public slots:
     void replan();
@@ -134,6 +135,9 @@ private:
     QLabel* m_totals = nullptr;
     QLabel* m_banner = nullptr;
     QLabel* m_budgetNote = nullptr;
+    QLabel* m_quantNote = nullptr;
+    QLabel* m_quantRefusal = nullptr;
+    bool m_quantOnTarget = false; // the tree on screen is sized with the quantizer applied
     QLabel* m_error = nullptr;
     QLabel* m_hardware = nullptr;
     QComboBox* m_assumeGpu = nullptr;

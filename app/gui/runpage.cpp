@@ -13,6 +13,7 @@
 #include "stowage/placementlayout.h"
 #include "themecolors.h"
 #include "timelinepanel.h"
+#include "tintedbanner.h"
 #include "tracemodel.h"
 
 #include <QButtonGroup>
@@ -80,6 +81,7 @@ RunPage::RunPage(PlanningPage* planning, const QString& program, QWidget* parent
     ml->addWidget(m_message, 1);
     ml->addWidget(close);
     m_messageBar->hide();
+    followPalette(m_messageBar, [this](const QPalette& p) { return messageBarStyle(p); });
     connect(close, &QToolButton::clicked, m_messageBar, &QWidget::hide);
     layout->addWidget(m_messageBar);
 
@@ -217,7 +219,7 @@ QWidget* RunPage::buildControls()
     m_note = new QLabel(dispatchBox);
     m_note->setObjectName("runNote");
     m_note->setWordWrap(true);
-    m_note->setStyleSheet(QStringLiteral("QLabel { padding: 4px; border-radius: 3px; background: #fff4d6; color: #5a4300; }"));
+    followPalette(m_note, [](const QPalette& p) { return bannerStyle(p, QStringLiteral("QLabel"), noteTint(), noteInk()); });
     m_note->hide();
     df->addRow(m_note);
     auto* buttons = new QHBoxLayout;
@@ -497,11 +499,17 @@ void RunPage::modelOpened(const QString& cannotRun)
     updateButtons();
 }
 
+QString RunPage::messageBarStyle(const QPalette& p) const
+{
+    return m_messageIsError ? bannerStyle(p, QStringLiteral("#runMessageBar"), errorTint(), errorInk(), QString())
+                            : bannerStyle(p, QStringLiteral("#runMessageBar"), noteTint(), noteInk(), QString());
+}
+
 void RunPage::showMessage(const QString& text, bool error)
 {
     m_message->setText(text);
-    m_messageBar->setStyleSheet(error ? "#runMessageBar { background: #fde2e2; border: 1px solid #e8a0a0; border-radius: 3px; } QLabel { color: #7a1010; }"
-                                      : "#runMessageBar { background: #fff4d6; border: 1px solid #e8cf80; border-radius: 3px; } QLabel { color: #5a4300; }");
+    m_messageIsError = error;
+    m_messageBar->setStyleSheet(messageBarStyle(m_messageBar->parentWidget()->palette()));
     m_messageBar->setVisible(!text.isEmpty());
 }
 

@@ -115,6 +115,7 @@ private:
     QWidget* buildControls();
     QWidget* buildOutput();
     void showMessage(const QString& text, bool error = true);
+    QString messageBarStyle(const QPalette& p) const;
     void onLoaded(const LoadedInfo& info);
     void onToken(const TokenMark& token);
     void onTrace(const QVector<TraceSpan>& spans);
@@ -165,6 +166,7 @@ private:
     QLabel* m_predicted = nullptr; // the run just made against its prediction
     QPlainTextEdit* m_output = nullptr;
     QWidget* m_messageBar = nullptr;
+    bool m_messageIsError = true; // which tint the message bar wears
     QLabel* m_message = nullptr;
 
     std::optional<HardwareProfile> m_hardwareOverride;

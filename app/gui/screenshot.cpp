@@ -26,7 +26,7 @@ void addPlanOptions(QCommandLineParser& p)
     p.addOption({"screenshot", "Render the main window after planning to FILE (PNG) and exit.", "FILE"});
     p.addOption({"max-memory", "Budget for a device, as stowage-cli: 0=20GiB, cpu=64GB (repeatable).", "DEV=SIZE"});
     p.addOption({"hardware", "Simulated GPUs from a hardware preset: h100-80gb, 2xrtx4090, …", "PRESET"});
-    p.addOption({"strategy", "auto, balanced, balanced_low_0 or sequential.", "S"});
+    p.addOption({"strategy", "auto, balanced, balanced_low_0, sequential or experts_in_ram.", "S"});
     p.addOption({"dtype", "float16, bfloat16 or float32 (default: the checkpoint's).", "DT"});
     p.addOption({"reference", "transformers or accelerate.", "R"});
     p.addOption({"no-split", "A module class never split across devices (repeatable).", "CLASS"});
@@ -76,7 +76,7 @@ QString applyPlanOptions(MainWindow& w, const QCommandLineParser& p)
     if (p.isSet("strategy")) {
         const auto s = strategyFromName(p.value("strategy").toStdString());
         if (!s)
-            return QStringLiteral("--strategy %1: expected auto, balanced, balanced_low_0 or sequential").arg(p.value("strategy"));
+            return QStringLiteral("--strategy %1: expected auto, balanced, balanced_low_0, sequential or experts_in_ram").arg(p.value("strategy"));
         page->controls()->setStrategy(*s);
     }
     if (p.isSet("dtype")) {

@@ -215,7 +215,7 @@ LoadCommand parseLoad(const json& cmd)
     if (auto s = stringField(cmd, f::Strategy)) {
         auto st = strategyFromName(*s);
         if (!st)
-            throw fieldError(f::Strategy, "auto, balanced, balanced_low_0 or sequential, got \"" + *s + "\"");
+            throw fieldError(f::Strategy, "auto, balanced, balanced_low_0, sequential or experts_in_ram, got \"" + *s + "\"");
         lc.plan.strategy = *st;
     }
     if (const json* ns = find(cmd, f::NoSplit)) {

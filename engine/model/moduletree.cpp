@@ -1,4 +1,5 @@
 #include "stowage/moduletree.h"
+#include "stowage/quantization.h"
 
 #include <algorithm>
 #include <functional>
@@ -139,6 +140,13 @@ uint64_t ModuleTree::paramBytes(const Param& p) const
 {
     if (p.duplicate)
         return 0;
+    if (quantApplied()) {
+        if (p.quantDropped)
+            return 0;
+        if (p.quantBytes > 0)
+            return p.quantBytes;
+    } else if (p.quantOnly)
+        return 0;
     if (m_reference == Reference::Accelerate) {
         // Accelerate is handed a model built from config.json on the meta
         // device (init_empty_weights + from_config), whose floating parameters
@@ -156,6 +164,8 @@ uint64_t ModuleTree::paramBytes(const Param& p) const
 
 uint64_t ModuleTree::bufferBytes(const Buffer& b) const
 {
+    if (b.quantOnly && !quantApplied())
+        return 0;
     if (m_reference == Reference::Accelerate)
         return bytesUnderDType(b.dtype, b.numel(), m_dtype);
     // element_size() of the buffer as created: an explicit float32 stays float32
@@ -213,6 +223,17 @@ void ModuleTree::finish(std::optional<DType> dtype, Reference reference)
     setSizing(dtype, reference);
 }
 
+void ModuleTree::setQuantization(const Quantization& q)
+{
+    m_quant = std::make_shared<const Quantization>(q);
+}
+
+void ModuleTree::setQuantApplied(bool applied)
+{
+    m_quantApplied = applied;
+    setSizing(m_dtype, m_reference);
+}
+
 void ModuleTree::setSizing(std::optional<DType> dtype, Reference reference)
 {
     m_dtype = dtype;
@@ -227,7 +248,7 @@ void ModuleTree::setSizing(std::optional<DType> dtype, Reference reference)
         for (int p : m.params) {
             const Param& prm = m_params[static_cast<size_t>(p)];
             m.bytes += paramBytes(prm);
-            if (!prm.duplicate)
+            if (!prm.duplicate && !prm.quantOnly)
                 m.paramCount += prm.numel();
         }
         for (int b : m.buffers)

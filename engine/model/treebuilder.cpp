@@ -4,6 +4,7 @@
 #include "stowage/checkpoint.h"
 #include "stowage/error.h"
 #include "stowage/moduletree.h"
+#include "stowage/quantization.h"
 
 #include <algorithm>
 #include <map>
@@ -148,6 +149,12 @@ ModuleTree buildModuleTree(const Checkpoint& ck, std::optional<DType> dtype, Ref
 
     ModuleTree& t = skel->tree;
     const std::string prefix = skel->basePrefix + ".";
+    // A quantized checkpoint: the quantizer's forms of the parameters it
+    // replaces (sized once the planner knows the target), and the names its
+    // tensors are stored under.
+    const std::optional<Quantization> quant = quantizationOf(*cfg);
+    if (quant)
+        addQuantizedForms(t, *quant, skel->keepInFp32);
     std::vector<bool> used(ck.tensors().size(), false);
     const std::string& file = ck.weightsPath();
     // The checkpoint's tensor for a full name, also under the base-model name.
@@ -166,7 +173,20 @@ ModuleTree buildModuleTree(const Checkpoint& ck, std::optional<DType> dtype, Ref
     };
     for (size_t pi = 0; pi < t.params().size(); ++pi) {
         Param& p = t.m_params[pi];
+        if (p.quantOnly)
+            continue; // a scale: the quantizer's state of a stored weight (below)
         const TensorInfo* ti = lookup(p.name);
+        if (!ti && quant) {
+            // Stored in the quantizer's own form: MXFP4's `_blocks`, GPTQ's
+            // `qweight`. Its dtype and shape are the quantizer's; the
+            // parameter keeps the ones config.json implies.
+            const std::string stored = quantStoredName(p.name, *quant);
+            if (const TensorInfo* q = stored.empty() ? nullptr : lookup(stored)) {
+                used[static_cast<size_t>(q - ck.tensors().data())] = true;
+                p.tensor = static_cast<int>(q - ck.tensors().data());
+                continue;
+            }
+        }
         if (!ti)
             ti = findStoredUnderOldPrefix(ck, skel->storedPrefixes, p.name);
         auto fused = skel->storedParts.find(p.name);
@@ -206,6 +226,8 @@ ModuleTree buildModuleTree(const Checkpoint& ck, std::optional<DType> dtype, Ref
         p.tensor = static_cast<int>(idx);
         if (ck.indexOnly())
             continue; // shape and dtype stay as config.json implies
+        if (quant && !dtypeIsFloating(ti->dtype) && dtypeIsFloating(p.stored))
+            continue; // bitsandbytes' packed uint8 or int8 weight: the unquantized form keeps the load dtype
         checkShape(*ti, p.shape);
         p.stored = ti->dtype;
     }
@@ -215,6 +237,15 @@ ModuleTree buildModuleTree(const Checkpoint& ck, std::optional<DType> dtype, Ref
         if (b.persistent)
             if (const TensorInfo* ti = lookup(b.name))
                 used[static_cast<size_t>(ti - ck.tensors().data())] = true;
+    // The quantizer's state (scales, absmax, zeros) of a stored weight.
+    if (quant)
+        for (size_t i = 0; i < used.size(); ++i) {
+            if (used[i])
+                continue;
+            const std::string owner = quantStateOwner(ck.tensors()[i].name, *quant);
+            if (const TensorInfo* o = owner.empty() ? nullptr : ck.find(owner))
+                used[i] = used[static_cast<size_t>(o - ck.tensors().data())];
+        }
     for (size_t i = 0; i < used.size(); ++i) {
         if (used[i])
             continue;
@@ -227,6 +258,7 @@ ModuleTree buildModuleTree(const Checkpoint& ck, std::optional<DType> dtype, Ref
             t.m_unexpected.push_back(name);
     }
     t.finish(target, reference);
+    // Sized dequantized until a plan names its target (planDeviceMap).
     return std::move(skel->tree);
 }
 

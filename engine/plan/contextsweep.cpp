@@ -23,20 +23,7 @@ MapLayers layersOf(const ModuleTree& tree, const DeviceMap& map, const std::stri
 {
     MapLayers out;
     out.weights = bytesPerDevice(tree, map);
-    const ModuleDevices md = moduleDevices(tree, map);
-    const auto& mods = tree.modules();
-    for (size_t i = 0; i < mods.size(); ++i) {
-        if (mods[i].className != layerClass)
-            continue;
-        // A layer split across devices, or one the map leaves out: its cache
-        // where the map sends the layer's name, else in RAM.
-        Device d = Device::cpu();
-        if (md.code[i] >= 0)
-            d = deviceFromCode(md.code[i]);
-        else if (auto named = deviceFor(map, mods[i].name))
-            d = *named;
-        out.layerDevice.push_back(d.kind == Device::Disk ? Device::cpu() : d);
-    }
+    out.layerDevice = layerCacheDevices(tree, map, layerClass);
     return out;
 }
 
@@ -90,6 +77,33 @@ std::optional<int64_t> crossing(const ModelConfig& config, const ModuleTree& tre
 }
 
 } // namespace
+
+std::vector<Device> layerCacheDevices(const ModuleTree& tree, const DeviceMap& map, const std::string& layerClass)
+{
+    // The execution device of offloaded layers: the map's lowest GPU (GPU 0
+    // in every map the planner makes; transformers takes the first GPU the
+    // map names, Stowage's runtime GPU 0).
+    std::optional<Device> exec;
+    for (const auto& [k, d] : map)
+        if (d.kind == Device::Gpu && (!exec || d < *exec))
+            exec = d;
+    const ModuleDevices md = moduleDevices(tree, map);
+    const auto& mods = tree.modules();
+    std::vector<Device> out;
+    for (size_t i = 0; i < mods.size(); ++i) {
+        if (mods[i].className != layerClass)
+            continue;
+        // A layer split across devices, or one the map leaves out: where the
+        // map sends the layer's name, else RAM.
+        Device d = Device::cpu();
+        if (md.code[i] >= 0)
+            d = deviceFromCode(md.code[i]);
+        else if (auto named = deviceFor(map, mods[i].name))
+            d = *named;
+        out.push_back(d.kind == Device::Gpu ? d : exec ? *exec : Device::cpu());
+    }
+    return out;
+}
 
 uint64_t deviceBytesAtContext(const ModelConfig& config, const ModuleTree& tree, const DeviceMap& map,
                               const Device& device, int64_t context, int batch, bool kvInRam)

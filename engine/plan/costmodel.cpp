@@ -13,6 +13,7 @@
 #include "stowage/error.h"
 #include "stowage/families.h"
 #include "stowage/moduledevices.h"
+#include "stowage/planner.h"
 
 #include <algorithm>
 #include <cmath>
@@ -285,7 +286,53 @@ StepUnits stepUnits(const ModuleTree& tree, const DeviceMap& map)
 CostEstimate estimateDecode(const Plan& plan, const ModuleTree& tree, const HardwareProfile& profile,
                             ExecutionPolicy policy)
 {
-    return estimateDecode(plan, 2 * tree.root().paramCount, profile, policy, stepUnits(tree, plan.deviceMap));
+    const int64_t k = tree.expertsPerToken();
+    const bool moe = k > 0 && std::any_of(tree.params().begin(), tree.params().end(),
+                                          [](const Param& p) { return p.experts > 0; });
+    if (!moe)
+        return estimateDecode(plan, 2 * tree.root().paramCount, profile, policy, stepUnits(tree, plan.deviceMap));
+    // A mixture of experts: a token reads k of each fused expert parameter's
+    // E slices (the router's top-k), so each device costs its active bytes
+    // and the FLOPs are twice the active parameters, not the total.
+    std::map<Device, double> active;
+    double activeParams = 0, all = 0;
+    const ModuleDevices md = moduleDevices(tree, plan.deviceMap);
+    const auto& mods = tree.modules();
+    for (size_t m = 0; m < mods.size(); ++m) {
+        const auto deviceOf = [&](const std::string& name) {
+            if (md.code[m] >= 0)
+                return deviceFromCode(md.code[m]);
+            const auto d = deviceFor(plan.deviceMap, name);
+            return d ? *d : Device::cpu();
+        };
+        for (int pi : mods[m].params) {
+            const Param& p = tree.params()[size_t(pi)];
+            if (p.duplicate)
+                continue;
+            const double share = p.experts > 0 ? std::min(1.0, double(k) / double(p.experts)) : 1.0;
+            const double bytes = double(tree.paramBytes(p));
+            active[deviceOf(p.name)] += bytes * share;
+            activeParams += double(p.numel()) * share;
+            all += bytes;
+        }
+        for (int bi : mods[m].buffers) {
+            const double bytes = double(tree.bufferBytes(tree.buffers()[size_t(bi)]));
+            active[deviceOf(tree.buffers()[size_t(bi)].name)] += bytes;
+            all += bytes;
+        }
+    }
+    std::vector<std::pair<Device, uint64_t>> placement;
+    uint64_t unit = 0;
+    for (const DeviceTotal& d : plan.devices) {
+        placement.emplace_back(d.device, uint64_t(active[d.device]));
+        unit = std::max(unit, d.reservedLayer);
+    }
+    double activeBytes = 0;
+    for (const auto& [d, b] : active)
+        activeBytes += b;
+    const uint64_t activeUnit = all > 0 ? uint64_t(double(unit) * activeBytes / all) : unit;
+    return estimateDecode(placement, uint64_t(2 * activeParams), profile, policy, activeUnit,
+                          stepUnits(tree, plan.deviceMap));
 }
 
 } // namespace stowage

@@ -30,16 +30,17 @@ struct GpuSpec {
     double bandwidthGBs;
     int pcieGen;
     double tflops; // dense fp16/bf16 tensor-core
+    double computeCapability; // CUDA's, from NVIDIA's CUDA GPUs list
 };
 constexpr GpuSpec kGpus[] = {
-    {"rtx3090", "NVIDIA GeForce RTX 3090", 24, 936, 4, 71},
-    {"rtx4090", "NVIDIA GeForce RTX 4090", 24, 1008, 4, 165},
-    {"l4", "NVIDIA L4", 24, 300, 4, 121},
-    {"a100-40gb", "NVIDIA A100 40GB", 40, 1555, 4, 312},
-    {"a100-80gb", "NVIDIA A100 80GB", 80, 2039, 4, 312},
-    {"h100-80gb", "NVIDIA H100 80GB", 80, 3350, 5, 989},
-    {"h200", "NVIDIA H200", 141, 4800, 5, 989},
-    {"t4", "NVIDIA T4", 16, 320, 3, 65},
+    {"rtx3090", "NVIDIA GeForce RTX 3090", 24, 936, 4, 71, 8.6},
+    {"rtx4090", "NVIDIA GeForce RTX 4090", 24, 1008, 4, 165, 8.9},
+    {"l4", "NVIDIA L4", 24, 300, 4, 121, 8.9},
+    {"a100-40gb", "NVIDIA A100 40GB", 40, 1555, 4, 312, 8.0},
+    {"a100-80gb", "NVIDIA A100 80GB", 80, 2039, 4, 312, 8.0},
+    {"h100-80gb", "NVIDIA H100 80GB", 80, 3350, 5, 989, 9.0},
+    {"h200", "NVIDIA H200", 141, 4800, 5, 989, 9.0},
+    {"t4", "NVIDIA T4", 16, 320, 3, 65, 7.5},
 };
 
 // Achievable host->device copy rates for an x16 link. Pageable copies go
@@ -60,6 +61,7 @@ GpuProfile gpuFromSpec(const GpuSpec& s)
     g.memoryBandwidth = s.bandwidthGBs * 1e9;
     setPcie(g, s.pcieGen);
     g.flops = s.tflops * 1e12;
+    g.computeCapability = s.computeCapability;
     return g;
 }
 
@@ -156,6 +158,8 @@ std::string profileToJson(const HardwareProfile& p)
         o["h2dPinned"] = g.h2dPinned;
         o["h2dPageable"] = g.h2dPageable;
         o["flops"] = g.flops;
+        if (g.computeCapability > 0)
+            o["computeCapability"] = g.computeCapability;
         j["gpus"].push_back(std::move(o));
     }
     return j.dump(2) + "\n";
@@ -273,7 +277,8 @@ HardwareProfile profileFromJson(const std::string& text, const std::string& path
         top.fail("field \"gpus\" must be an array");
     for (size_t i = 0; i < gpus.size(); ++i) {
         const ObjectReader r(gpus[i], path, "gpus[" + std::to_string(i) + "] ",
-                             {"name", "memoryBytes", "memoryBandwidth", "h2dPinned", "h2dPageable", "flops"});
+                             {"name", "memoryBytes", "memoryBandwidth", "h2dPinned", "h2dPageable", "flops",
+                              "computeCapability"});
         GpuProfile g;
         g.name = r.text("name");
         g.memoryBytes = r.bytes("memoryBytes");
@@ -281,9 +286,19 @@ HardwareProfile profileFromJson(const std::string& text, const std::string& path
         g.h2dPinned = r.positive("h2dPinned");
         g.h2dPageable = r.positive("h2dPageable");
         g.flops = r.positive("flops");
+        if (gpus[i].contains("computeCapability"))
+            g.computeCapability = r.positive("computeCapability");
         p.gpus.push_back(std::move(g));
     }
     return p;
+}
+
+QuantTarget quantTargetOf(const HardwareProfile& p)
+{
+    QuantTarget t;
+    t.cuda = !p.gpus.empty();
+    t.computeCapability = t.cuda ? p.gpus[0].computeCapability : 0;
+    return t;
 }
 
 HardwareProfile hardwareFromSpec(const std::string& spec)

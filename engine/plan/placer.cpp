@@ -30,9 +30,11 @@ Sizes::Sizes(const ModuleTree& tree, const PlanOptions& options) : m_tree(tree)
         m_buffer.push_back(tree.bufferBytes(b));
     // A module is a key of compute_module_sizes when a non-tied tensor lies below it.
     for (size_t i = mods.size(); i-- > 0;) {
-        bool byParam = false, any = !mods[i].buffers.empty();
+        bool byParam = false, any = false;
+        for (int b : mods[i].buffers)
+            any = any || tree.exists(tree.buffers()[size_t(b)]);
         for (int p : mods[i].params)
-            if (!tree.params()[size_t(p)].duplicate) {
+            if (!tree.params()[size_t(p)].duplicate && tree.exists(tree.params()[size_t(p)])) {
                 byParam = true;
                 m_direct[i] += m_param[size_t(p)];
             }

@@ -8,10 +8,15 @@
 #include "plannerstate.h"
 #include "stowage/units.h"
 #include "stowage/error.h"
+#include "stowage/kvcache.h"
+#include "stowage/moduledevices.h"
 
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
+#include <memory>
+#include <set>
 
 namespace stowage {
 
@@ -25,6 +30,8 @@ std::optional<Strategy> strategyFromName(const std::string& n)
         return Strategy::BalancedLow0;
     if (n == "sequential")
         return Strategy::Sequential;
+    if (n == "experts_in_ram")
+        return Strategy::ExpertsInRam;
     return std::nullopt;
 }
 
@@ -35,23 +42,104 @@ const char* strategyName(Strategy s)
     case Strategy::Balanced: return "balanced";
     case Strategy::BalancedLow0: return "balanced_low_0";
     case Strategy::Sequential: return "sequential";
+    case Strategy::ExpertsInRam: return "experts_in_ram";
     }
     return "?";
 }
+
+namespace {
+
+// Where a plan's KV caches live: per device, the caches it holds, and the
+// part of them belonging to layers whose weights the placer put elsewhere
+// (it counted those beside the weights).
+struct KvPlacement {
+    std::map<Device, uint64_t> at, away;
+};
+
+KvPlacement kvPlacement(const ModuleTree& tree, const DeviceMap& raw, const KvReserve& kv)
+{
+    KvPlacement out;
+    const std::vector<Device> cacheAt = layerCacheDevices(tree, raw, kv.layerClass);
+    const ModuleDevices md = moduleDevices(tree, raw);
+    const auto& mods = tree.modules();
+    size_t layer = 0;
+    for (size_t i = 0; i < mods.size() && layer < cacheAt.size(); ++i) {
+        if (mods[i].className != kv.layerClass)
+            continue;
+        const uint64_t bytes = layer < kv.layerBytes.size() ? kv.layerBytes[layer] : kv.bytesPerLayer;
+        const Device& d = cacheAt[layer++];
+        out.at[d] += bytes;
+        if (md.code[i] < 0 || deviceFromCode(md.code[i]) != d)
+            out.away[d] += bytes;
+    }
+    return out;
+}
+
+// "MXFP4 experts will be dequantized to bf16 on this machine (why): 12.8 GB
+// instead of 3.2 GB", or that they stay quantized, with both sizes.
+std::string quantizationSentence(const ModuleTree& tree, const Quantization& q, const QuantDecision& d)
+{
+    if (q.kind == Quantization::Kind::Unmodelled)
+        return "quant_method '" + q.method + "' is not modelled yet: sized as the unquantized model";
+    if (tree.reference() != Reference::Transformers)
+        return q.label() + " checkpoint sized unquantized: Accelerate builds the model from config.json alone";
+    ModuleTree other = tree;
+    other.setQuantApplied(!tree.quantApplied());
+    const uint64_t here = tree.root().bytes, there = other.root().bytes;
+    const std::string dtype = tree.dtype() ? dtypeTorchName(*tree.dtype()) : "its own dtype";
+    if (!d.applied)
+        return q.label() + " weights will be dequantized to " + dtype + " (" + d.why + "): " + humanBytes(here) +
+               " instead of " + humanBytes(there);
+    return q.label() + " weights stay quantized (" + d.why + "): " + humanBytes(here) + " instead of " +
+           humanBytes(there) + " in " + dtype;
+}
+
+// Why from_pretrained would refuse the map after planning it (the
+// quantizer's second validate_environment).
+std::string quantRefusal(const Quantization& q, const DeviceMap& map)
+{
+    bool cpu = false, disk = false;
+    std::set<Device> all;
+    for (const auto& [k, d] : map) {
+        cpu = cpu || d.kind == Device::Cpu;
+        disk = disk || d.kind == Device::Disk;
+        all.insert(d);
+    }
+    if ((q.kind == Quantization::Kind::Bnb4 || q.kind == Quantization::Kind::Bnb8) && !q.fp32CpuOffload &&
+        (cpu || disk) && !(all.size() == 1 && cpu))
+        return "transformers 5.6 refuses this map: bitsandbytes needs every module on a GPU unless "
+               "llm_int8_enable_fp32_cpu_offload is set (quantizer_bnb_4bit.py:56-81)";
+    if (q.kind == Quantization::Kind::Fp8 && disk)
+        return "transformers 5.6 refuses this map: its FP8 check rejects any module on disk, even for a "
+               "pre-quantized checkpoint (quantizer_finegrained_fp8.py:66-77)";
+    return {};
+}
+
+} // namespace
 
 Plan planDeviceMap(const ModuleTree& given, const PlanOptions& options)
 {
     // Sizes follow the reference; a tree built for the other one is resized
     // on a copy (the CLI and the GUI build it for the right one already).
+    // A quantized checkpoint is sized as its quantizer leaves it on the
+    // plan's target: quantized, or dequantized to the load dtype.
     std::optional<ModuleTree> resized;
-    if (given.reference() != options.reference) {
+    const Quantization* quant = given.quantization();
+    const QuantDecision decision = quant ? quantDecision(*quant, options.quantTarget) : QuantDecision{};
+    if (given.reference() != options.reference || (quant && given.quantApplied() != decision.applied)) {
         resized = given;
         resized->setSizing(given.dtype(), options.reference);
+        if (quant)
+            resized->setQuantApplied(decision.applied);
     }
     const ModuleTree& tree = resized ? *resized : given;
     detail::Sizes sizes(tree, options);
     Plan plan;
     plan.reference = options.reference;
+    if (quant) {
+        plan.quantization = quantizationSentence(tree, *quant, decision);
+        plan.notes.push_back(plan.quantization);
+    }
     Budgets mm = options.maxMemory ? normalizeBudgets(*options.maxMemory) : normalizeBudgets(options.machineMemory);
     if (!options.maxMemory && options.reference == Reference::Transformers)
         // transformers' get_max_memory keeps 10% of the RAM free when nobody gave budgets.
@@ -60,9 +148,18 @@ Plan planDeviceMap(const ModuleTree& given, const PlanOptions& options)
                 b.bytes = b.bytes * 0.9;
                 plan.notes.push_back("no budget given: planning with 90% of the available RAM");
             }
-    if (options.strategy != Strategy::Sequential)
+    if (options.strategy != Strategy::Sequential && options.strategy != Strategy::ExpertsInRam)
         mm = detail::balancedMemory(tree, sizes, mm, !options.maxMemory, options.strategy == Strategy::BalancedLow0,
                                     &plan.notes);
+    if (quant && tree.quantApplied() &&
+        (quant->kind == Quantization::Kind::Bnb4 || quant->kind == Quantization::Kind::Bnb8)) {
+        // adjust_max_memory (quantizer_bnb_4bit.py:97-100): 90% of every
+        // budget, after balancing.
+        for (auto& b : mm)
+            if (b.bytes >= 0)
+                b.bytes *= 0.9;
+        plan.notes.push_back("bitsandbytes keeps 10% of every budget free (adjust_max_memory)");
+    }
     plan.budgets = mm;
     if (options.kv)
         for (auto& b : mm)
@@ -71,12 +168,116 @@ Plan planDeviceMap(const ModuleTree& given, const PlanOptions& options)
                 plan.notes.push_back("kept " + grouped(options.kv->activationBytes) + " bytes on " +
                                      b.device.name() + " for the largest activation");
             }
-    detail::Placer placer(tree, sizes, mm);
-    placer.run();
-    plan.deviceMap = placer.rawMap();
-    cleanDeviceMap(plan.deviceMap);
-    placer.explain(plan);
-    return plan;
+    if (options.strategy == Strategy::ExpertsInRam) {
+        Plan own = planExpertsInRam(tree, mm, options.kv);
+        own.reference = plan.reference;
+        own.budgets = plan.budgets;
+        own.quantization = plan.quantization;
+        own.notes.insert(own.notes.begin(), plan.notes.begin(), plan.notes.end());
+        if (quant && tree.quantApplied())
+            own.refusal = quantRefusal(*quant, own.deviceMap);
+        if (!own.refusal.empty())
+            own.notes.push_back(own.refusal);
+        return own;
+    }
+    // A layer's KV cache lives where the layer computes (layerCacheDevices):
+    // on its GPU; an offloaded layer's on the execution device (GPU 0 when
+    // the map uses a GPU, else RAM), not beside its weights.
+    const auto finish = [&](const detail::Placer& placer, const std::map<Device, uint64_t>& cacheAt,
+                            const std::map<Device, uint64_t>& kept) {
+        plan.deviceMap = placer.rawMap();
+        cleanDeviceMap(plan.deviceMap);
+        placer.explain(plan);
+        for (DeviceTotal& t : plan.devices) {
+            const auto it = cacheAt.find(t.device);
+            t.reservedKv = it == cacheAt.end() ? 0 : it->second;
+            t.reserved = t.reservedLayer + t.reservedKv;
+            // The budget as given (the room kept for caches is in reservedKv).
+            for (const DeviceBudget& x : mm)
+                if (x.device == t.device)
+                    t.budget = x.bytes;
+        }
+        for (const auto& [d, bytes] : kept)
+            if (bytes > 0)
+                plan.notes.push_back("kept " + grouped(bytes) + " bytes on " + d.name() +
+                                     " for the KV caches of the layers that compute there (a layer's cache lives "
+                                     "where it computes)");
+        if (quant && tree.quantApplied())
+            plan.refusal = quantRefusal(*quant, plan.deviceMap);
+        if (!plan.refusal.empty())
+            plan.notes.push_back(plan.refusal);
+        return plan;
+    };
+    size_t gpus = 0;
+    for (const DeviceBudget& b : mm)
+        gpus += b.device.kind == Device::Gpu;
+    uint64_t kvTotal = 0;
+    if (options.kv) {
+        size_t layer = 0;
+        for (const Module& m : tree.modules())
+            if (m.className == options.kv->layerClass) {
+                kvTotal += layer < options.kv->layerBytes.size() ? options.kv->layerBytes[layer] : options.kv->bytesPerLayer;
+                ++layer;
+            }
+    }
+    if (kvTotal > 0 && gpus <= 1) {
+        // One execution device holds every layer's cache: GPU 0 when the map
+        // uses it, else RAM. Keep that room there and place the layers by
+        // their weights alone; if GPU 0 then holds nothing, it is not the
+        // execution device: plan without it, the caches in RAM.
+        PlanOptions bareOptions = options;
+        bareOptions.kv.reset();
+        const detail::Sizes bare(tree, bareOptions);
+        const auto attempt = [&](const Device& holder, bool withoutGpu) {
+            Budgets b = mm;
+            for (auto& x : b) {
+                if (x.device == holder)
+                    x.bytes = std::max(0.0, x.bytes - double(kvTotal));
+                if (withoutGpu && x.device.kind == Device::Gpu)
+                    x.bytes = 0;
+            }
+            auto placer = std::make_unique<detail::Placer>(tree, bare, b);
+            placer->run();
+            return placer;
+        };
+        if (gpus == 1) {
+            const Device gpu = std::find_if(mm.begin(), mm.end(), [](const DeviceBudget& x) {
+                                   return x.device.kind == Device::Gpu;
+                               })->device;
+            auto onGpu = attempt(gpu, false);
+            const bool used = std::any_of(onGpu->rawMap().begin(), onGpu->rawMap().end(),
+                                          [](const auto& e) { return e.second.kind == Device::Gpu; });
+            if (used)
+                return finish(*onGpu, {{gpu, kvTotal}}, {{gpu, kvTotal}});
+            plan.notes.push_back(gpu.name() + " cannot hold the KV caches beside any weights: planned without it");
+        }
+        auto inRam = attempt(Device::cpu(), gpus == 1);
+        return finish(*inRam, {{Device::cpu(), kvTotal}}, {{Device::cpu(), kvTotal}});
+    }
+    // Several GPUs: a layer on GPU k caches there, and the placer counts
+    // each layer's cache beside its weights; the caches of the layers placed
+    // in RAM or on disk need room on GPU 0 (or RAM) too. Plan, keep that
+    // room, and plan again until it holds them; it only grows, so this ends
+    // within a pass per layer.
+    std::map<Device, uint64_t> away; // per device: room for caches of layers placed elsewhere
+    for (size_t pass = 0;; ++pass) {
+        Budgets b = mm;
+        for (auto& x : b)
+            if (auto it = away.find(x.device); it != away.end())
+                x.bytes = std::max(0.0, x.bytes - double(it->second));
+        detail::Placer placer(tree, sizes, b);
+        placer.run();
+        const KvPlacement kv = options.kv ? kvPlacement(tree, placer.rawMap(), *options.kv) : KvPlacement{};
+        bool holds = true;
+        for (const auto& [d, bytes] : kv.away)
+            if (bytes > away[d]) {
+                away[d] = bytes;
+                holds = false;
+            }
+        if (!holds && pass <= tree.modules().size())
+            continue;
+        return finish(placer, kv.at, kv.away);
+    }
 }
 
 void cleanDeviceMap(DeviceMap& map)

@@ -34,7 +34,7 @@ HEADERS = {
     "formats": ["checkpoint.h", "config.h", "dtype.h", "error.h", "fileio.h", "hubcache.h", "mappedfile.h",
                 "offloadfolder.h", "safetensors.h", "safetensorswriter.h", "tensorinfo.h", "torchbin.h",
                 "units.h"],
-    "model": ["moduletree.h", "families.h"],
+    "model": ["moduletree.h", "families.h", "quantization.h"],
     "plan": ["device.h", "planner.h", "kvcache.h", "costmodel.h", "hardware.h", "moduledevices.h",
              "placementlayout.h"],
     "runtime": ["generate.h", "model.h", "runtimeinfo.h", "session.h", "telemetry.h"],

@@ -6,6 +6,7 @@
 #include "themecolors.h"
 
 #include <QApplication>
+#include <QFontMetrics>
 #include <QHelpEvent>
 #include <QKeyEvent>
 #include <QMouseEvent>
@@ -137,15 +138,17 @@ void BudgetBar::paintEvent(QPaintEvent*)
     if (reserved)
         caption += tr(" · %1 kept free").arg(formatBytes(reserved));
     if (kv)
-        caption += tr(" (KV cache %1)").arg(formatBytes(kv));
+        caption += tr(" (KV, activations %1)").arg(formatBytes(kv));
     const QString budgetText = tr("budget %1").arg(formatBytes(budget)) +
                                (capacity ? tr(" of %1").arg(formatBytes(capacity)) : QString());
     const QRect textRect(trackRect().left(), int(t.bottom()) + 2, trackRect().width(), fontMetrics().height() + 2);
     if (over)
         p.setPen(QColor(0xd04040));
-    p.drawText(textRect, Qt::AlignLeft | Qt::AlignVCenter, caption);
     QFont bold = f;
     bold.setBold(m_dragging);
+    // The caption never runs under the budget on the right: elided before it.
+    const int room = textRect.width() - QFontMetrics(bold).horizontalAdvance(budgetText) - 12;
+    p.drawText(textRect, Qt::AlignLeft | Qt::AlignVCenter, QFontMetrics(f).elidedText(caption, Qt::ElideRight, room));
     p.setFont(bold);
     p.setPen(m_dragging ? pal.color(QPalette::Highlight) : pal.color(QPalette::Text));
     p.drawText(textRect, Qt::AlignRight | Qt::AlignVCenter, budgetText);
@@ -224,7 +227,7 @@ QString BudgetBar::toolTipText() const
     const quint64 kv = roleBytes(m_model, m_row, BudgetModel::KvReservedRole);
     const quint64 budget = roleBytes(m_model, m_row, BudgetModel::BudgetRole);
     QString t = tr("<b>%1</b><br>Weights placed here: %2<br>Kept free for the largest layer: %3<br>"
-                   "Kept free for the KV cache: %4<br>Budget (max_memory): %5")
+                   "Kept free for the KV cache and activations: %4<br>Budget (max_memory): %5")
                     .arg(m_model->data(m_model->index(m_row, BudgetModel::DeviceColumn)).toString(), formatBytes(used),
                          formatBytes(reserved - kv), formatBytes(kv), formatBytes(budget));
     const QString problem = m_model->data(m_model->index(m_row, 0), BudgetModel::ProblemRole).toString();

@@ -11,7 +11,8 @@
 namespace stowage {
 
 namespace {
-const Strategy kStrategies[] = {Strategy::Auto, Strategy::Balanced, Strategy::BalancedLow0, Strategy::Sequential};
+const Strategy kStrategies[] = {Strategy::Auto, Strategy::Balanced, Strategy::BalancedLow0, Strategy::Sequential,
+                                Strategy::ExpertsInRam};
 const DType kDTypes[] = {DType::BF16, DType::F16, DType::F32};
 } // namespace
 

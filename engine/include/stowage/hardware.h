@@ -3,6 +3,8 @@
 // measured on this machine (measureThisMachine) or from vendor datasheets
 // (the presets), and what is free right now (detectMachineMemory). The cost
 // model (costmodel.h) turns a profile and a placement into a speed.
+#include "stowage/quantization.h"
+
 #include <cstdint>
 #include <map>
 #include <string>
@@ -17,6 +19,7 @@ struct GpuProfile {
     double h2dPinned = 0;        // host->device bytes/s, pinned memory
     double h2dPageable = 0;      // host->device bytes/s, pageable memory (what Accelerate's hooks use)
     double flops = 0;            // dense fp16/bf16 FLOP/s
+    double computeCapability = 0; // CUDA compute capability (9.0 for an H100); 0: unknown
 };
 
 // What a decode step costs besides moving and multiplying its weights, in
@@ -123,5 +126,8 @@ HardwareProfile profileFromJson(const std::string& text, const std::string& path
 // "hardware"): a saved profile FILE.json, else a preset name ("rtx4090",
 // "2xh100-80gb"). Throws InputError for an unreadable file or unknown preset.
 HardwareProfile hardwareFromSpec(const std::string& spec);
+// What a quantizer sees of such a machine (quantization.h): CUDA when it has
+// a GPU, with GPU 0's compute capability (0 when unknown).
+QuantTarget quantTargetOf(const HardwareProfile& profile);
 
 } // namespace stowage

@@ -29,12 +29,21 @@ KvSpec parseKvSpec(const std::string& text, const std::string& what);
 // config.json or its family's attention shape is unknown.
 KvReserve kvReserveForCheckpoint(const Checkpoint& checkpoint, const ModuleTree& tree, KvSpec spec);
 
+// Where each decoder layer's KV cache lives under `map`, one entry per
+// module of `layerClass` in tree order: where the layer computes. A layer on
+// a GPU computes there. One in RAM or on disk computes on the execution
+// device: the map's lowest GPU when it names one (transformers' hooks move
+// its weights there, and so do Stowage's policies, but compute-where-it-lives
+// with a RAM layer the CPU computes faster), else the CPU. The planner's KV
+// reserve and the context sweep both count caches here.
+std::vector<Device> layerCacheDevices(const ModuleTree& tree, const DeviceMap& map, const std::string& layerClass);
+
 // How a plan's memory grows with the context (plan --context-sweep, the
 // Plan page's context chart): per device, what the planner's KV reserve
 // would count at each context for this map: the weights it holds, the KV
-// cache of the decoder layers placed on it (a disk-placed layer's on the
-// CPU, where its weights are staged), and on each GPU and the CPU that
-// holds anything the largest activation (KvReserve::activationBytes).
+// cache of the decoder layers whose cache lives on it (layerCacheDevices),
+// and on each GPU and the CPU that holds anything the largest activation
+// (KvReserve::activationBytes).
 struct ContextSweep {
     struct DeviceRow {
         Device device;

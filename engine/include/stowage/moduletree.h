@@ -5,6 +5,7 @@
 #include "stowage/dtype.h"
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -13,6 +14,7 @@
 namespace stowage {
 
 class Checkpoint;
+struct Quantization;
 
 // Whose sizing and budget rules a tree and a plan follow.
 //  Transformers: transformers 5.6 from_pretrained(device_map=...) with
@@ -52,6 +54,14 @@ struct Param {
     // the checkpoint holds it whole (read 1:1), the weight store still keeps
     // one slot per expert, a slice of the stored tensor's bytes.
     int64_t experts = 0;
+    // A quantized checkpoint (quantization.h): what the parameter weighs
+    // when the quantizer is applied (0: as unquantized; MXFP4's uint8
+    // blocks, an FP8 weight's one byte each, bitsandbytes' half byte),
+    // `quantOnly`: it exists only then (FP8's weight_scale_inv), and
+    // `quantDropped`: it is replaced then (a GPTQ layer's weight by buffers).
+    uint64_t quantBytes = 0;
+    bool quantOnly = false;
+    bool quantDropped = false;
     // Whether the checkpoint holds it: its tensor, or every part.
     bool found() const;
     uint64_t numel() const;
@@ -65,6 +75,7 @@ struct Buffer {
     std::vector<int64_t> shape;
     DType dtype = DType::F32;
     bool persistent = false;
+    bool quantOnly = false; // a quantizer's buffer (GPTQ's qweight): counted only when it is applied
     uint64_t numel() const;
 };
 
@@ -106,6 +117,19 @@ public:
     // Bytes of one buffer: its own element size (transformers), or
     // min(dtype, own) for a floating one (Accelerate with dtype).
     uint64_t bufferBytes(const Buffer& b) const;
+    // A quantized checkpoint's quantization_config (nullptr: none), and
+    // whether sizes follow the quantizer's replaced modules (applied) or the
+    // unquantized model in the load dtype (dequantized at load, and what the
+    // Accelerate reference, built from the config alone, always sizes).
+    const Quantization* quantization() const { return m_quant.get(); }
+    bool quantApplied() const { return m_quant && m_quantApplied && m_reference == Reference::Transformers; }
+    void setQuantApplied(bool applied);
+    // Whether the meta model has this tensor under the current sizing: a
+    // quantizer's own tensors only when it is applied, the ones it replaces
+    // only when it is not.
+    bool exists(const Param& p) const { return quantApplied() ? !p.quantDropped : !p.quantOnly; }
+    bool exists(const Buffer& b) const { return !b.quantOnly || quantApplied(); }
+    void setQuantization(const Quantization& q);
     // Recomputes every module's bytes for another dtype (same reference).
     void setDType(std::optional<DType> dtype) { setSizing(dtype, m_reference); }
     void setSizing(std::optional<DType> dtype, Reference reference);
@@ -122,9 +146,16 @@ public:
     int addParam(int module, const std::string& localName, std::vector<int64_t> shape, DType dtype);
     int addBuffer(int module, const std::string& localName, std::vector<int64_t> shape, DType dtype, bool persistent);
     void tie(const std::string& duplicate, const std::string& original);
+    Param& param(int index) { return m_params[size_t(index)]; }
+    Buffer& buffer(int index) { return m_buffers[size_t(index)]; }
     // Marks a parameter fused over experts along dim 0 (Param::experts).
     void markExperts(const std::string& param);
     void setNoSplit(std::vector<std::string> classes) { m_noSplit = std::move(classes); }
+    // A mixture of experts: how many experts the router picks a token
+    // (num_experts_per_tok), 0 for a dense model. A token reads that many of
+    // each fused expert parameter's Param::experts slices (the cost model).
+    int64_t expertsPerToken() const { return m_expertsPerToken; }
+    void setExpertsPerToken(int64_t k) { m_expertsPerToken = k; }
     void setModelType(std::string t, bool known)
     {
         m_modelType = std::move(t);
@@ -148,6 +179,9 @@ private:
     bool m_known = false;
     std::optional<DType> m_dtype;
     Reference m_reference = Reference::Transformers;
+    std::shared_ptr<const Quantization> m_quant;
+    bool m_quantApplied = false;
+    int64_t m_expertsPerToken = 0;
 };
 
 // The tree for a checkpoint: from the architecture registry when model_type is

@@ -5,6 +5,7 @@
 // infer_auto_device_map compute them, with an explanation per entry.
 #include "stowage/device.h"
 #include "stowage/moduletree.h"
+#include "stowage/quantization.h"
 
 #include <cstdint>
 #include <map>
@@ -14,7 +15,10 @@
 
 namespace stowage {
 
-enum class Strategy { Auto, Balanced, BalancedLow0, Sequential };
+// The four device_map strings transformers takes, and Stowage's own
+// ExpertsInRam ("experts_in_ram", expertsinram.cpp): for mixtures of
+// experts, what every token uses on the GPUs, the routed experts in RAM.
+enum class Strategy { Auto, Balanced, BalancedLow0, Sequential, ExpertsInRam };
 std::optional<Strategy> strategyFromName(const std::string& name);
 const char* strategyName(Strategy s);
 
@@ -49,6 +53,10 @@ struct PlanOptions {
     std::optional<std::vector<std::string>> noSplit; // overrides the model's no-split classes
     bool offloadBuffers = false;
     std::optional<KvReserve> kv;
+    // The machine the plan is for, as a quantized checkpoint's quantizer
+    // sees it (quantization.h): whether MXFP4 and FP8 stay quantized or are
+    // dequantized at load. Default: no CUDA GPU.
+    QuantTarget quantTarget;
 };
 
 using DeviceMap = std::vector<std::pair<std::string, Device>>;
@@ -76,10 +84,20 @@ struct Plan {
     std::vector<DeviceTotal> devices;
     Budgets budgets;                // what infer_auto_device_map was given
     std::vector<std::string> notes; // warnings and what was reserved
+    // A quantized checkpoint: how its weights were sized, in one sentence
+    // ("MXFP4 experts will be dequantized to bf16 on this machine (…): 12.8 GB
+    // instead of 3.2 GB"); empty otherwise. Also the first of `notes`.
+    std::string quantization;
+    // Why transformers 5.6 would refuse to load this map (bitsandbytes with
+    // a module in RAM or on disk; FP8 with one on disk); empty when it loads.
+    std::string refusal;
 };
 
 // Throws InputError for impossible options (unknown device, ...).
 Plan planDeviceMap(const ModuleTree& tree, const PlanOptions& options);
+// Strategy::ExpertsInRam on budgets already cut for the activation room;
+// throws InputError for a model without routed experts.
+Plan planExpertsInRam(const ModuleTree& tree, const Budgets& budgets, const std::optional<KvReserve>& kv);
 
 // Accelerate's clean_device_map: entries whose children all landed on one
 // device merge into their parent, which moves to the end.

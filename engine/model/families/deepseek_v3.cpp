@@ -137,6 +137,7 @@ Skeleton build(const ModelConfig& c, DType dt)
     if (s.tied)
         t.tie("lm_head.weight", "model.embed_tokens.weight");
     t.setNoSplit({"DeepseekV3DecoderLayer"});
+    t.setExpertsPerToken(c.positive("num_experts_per_tok", 8)); // the config class's default
     return sk;
 }
 

@@ -8,9 +8,10 @@
 // layout of use_experts_implementation) and under the same names in the
 // Hub's unquantized checkpoints (the BF16 re-uploads): conversion_mapping.py
 // has no gpt_oss entry, so they are read 1:1. OpenAI's own checkpoints store
-// the experts quantized as MXFP4 (`…_blocks` and `…_scales`): those tensors
-// show as unexpected and the fused parameters as missing until MXFP4 is
-// read (running one is refused with that reason, runtime/model.cpp).
+// the experts quantized as MXFP4 (`…_blocks` and `…_scales`): they are the
+// fused parameters' stored form, sized as 5.6's MXFP4 quantizer sizes them
+// where it applies and in the load dtype where it dequantizes
+// (quantization.h); running one is refused with that reason (runtime/model.cpp).
 #include "registry.h"
 
 namespace stowage::arch::gpt_oss {
@@ -102,6 +103,8 @@ Skeleton build(const ModelConfig& c, DType dt)
     if (tied)
         t.tie("lm_head.weight", "model.embed_tokens.weight");
     t.setNoSplit({"GptOssDecoderLayer"});
+    t.setExpertsPerToken(c.positive("num_experts_per_tok", 4)); // the config class's default
+    s.keepInFp32 = {"post_attention_layernorm", "input_layernorm", "norm"}; // modeling_gpt_oss.py:407
     return s;
 }
 

@@ -106,6 +106,7 @@ Skeleton build(const ModelConfig& c, DType dt)
     if (tied)
         t.tie("lm_head.weight", "model.embed_tokens.weight");
     t.setNoSplit({"Qwen3MoeDecoderLayer"});
+    t.setExpertsPerToken(c.positive("num_experts_per_tok", 8)); // the config class's default
     return s;
 }
 

@@ -40,6 +40,9 @@ struct Skeleton {
     // hold the parameter itself under its own name (a fused save).
     // fuseExperts() fills it for per-expert checkpoints.
     std::map<std::string, std::vector<StoredPart>> storedParts;
+    // The model class's _keep_in_fp32_modules: quantizers never replace
+    // modules these patterns match (quantization.h).
+    std::vector<std::string> keepInFp32;
 };
 
 // A family's row of the registry, defined by its skeleton file as

@@ -55,6 +55,7 @@ private slots:
     void rejectsSymlinkLeadingOut();
     void hubCacheResolvesRefsMain();
     void indexOnlyMode();
+    void indexReadInFileOrder();
     void folderWithoutWeights();
     void badConfigJson();
     void notACheckpointFile();
@@ -175,6 +176,50 @@ void TestCheckpoint::indexOnlyMode()
     QCOMPARE(ck.tensors().size(), small().size());
     QVERIFY(ck.data(ck.tensors()[0]) == nullptr);
 }
+void TestCheckpoint::indexReadInFileOrder()
+{
+    // The weight_map is read as written (shards in first-mention order, a
+    // repeated name keeping its first place and its last file), whatever
+    // else the index holds; a value that is not a file name is one clear
+    // error; a DeepSeek-V3-sized map (91,000 names) opens without the
+    // quadratic DOM it once went through.
+    auto d = dir("order");
+    fixtures::writeBytes(d + "/model.safetensors.index.json",
+                         R"({"metadata": {"weight_map": {"x": 1}, "total_size": 10},
+                             "weight_map": {"z.weight": "b.safetensors", "a.weight": "a.safetensors",
+                                            "m.weight": "b.safetensors", "a.weight": "c.safetensors"}})");
+    Checkpoint ck = Checkpoint::open(d);
+    QVERIFY(ck.indexOnly());
+    std::vector<std::string> names;
+    for (const auto& t : ck.tensors())
+        names.push_back(t.name);
+    QCOMPARE(names, (std::vector<std::string>{"z.weight", "a.weight", "m.weight"}));
+    QCOMPARE(ck.shards().size(), size_t(2)); // b, c: a.weight's last file
+    QVERIFY(ck.shards()[0].path.find("b.safetensors") != std::string::npos);
+    QVERIFY(ck.shards()[1].path.find("c.safetensors") != std::string::npos);
+    for (const char* bad : {R"({"weight_map": {"a": 3}})", R"({"weight_map": {"a": {"b": "c"}}})",
+                            R"({"weight_map": {"a": ["x.safetensors"]}})"}) {
+        auto b = dir("badvalue");
+        fixtures::writeBytes(b + "/model.safetensors.index.json", bad);
+        QVERIFY2(errorOf(b).contains("weight_map entry for 'a' is not a file name"), qPrintable(errorOf(b)));
+    }
+    for (const char* bad : {R"([{"weight_map": {}}])", R"({"weight_map": []})", R"({"meta": {}})"}) {
+        auto b = dir("nomap");
+        fixtures::writeBytes(b + "/model.safetensors.index.json", bad);
+        QVERIFY2(errorOf(b).contains("index has no \"weight_map\" object"), qPrintable(errorOf(b)));
+    }
+    auto t = dir("truncatedindex");
+    fixtures::writeBytes(t + "/model.safetensors.index.json", R"({"weight_map": {"a": "x.safe)");
+    QVERIFY2(errorOf(t).contains("model.safetensors.index.json: not valid JSON"), qPrintable(errorOf(t)));
+    auto big = dir("big");
+    std::string text = "{\"weight_map\": {";
+    for (int i = 0; i < 91'000; ++i)
+        text += (i ? ",\"" : "\"") + std::to_string(i) + ".weight\": \"model-00001-of-00002.safetensors\"";
+    text += "}}";
+    fixtures::writeBytes(big + "/model.safetensors.index.json", QByteArray::fromStdString(text));
+    QCOMPARE(Checkpoint::open(big).tensors().size(), size_t(91'000));
+}
+
 void TestCheckpoint::folderWithoutWeights()
 {
     auto d = dir("empty");

@@ -131,17 +131,100 @@ void Checkpoint::openSingle(const std::string& file)
         addShardTensors(0, parseTorchBin(m.data(), m.size(), file));
 }
 
+namespace {
+
+// The index's weight_map in file order, read by SAX: an ordered_json DOM
+// checks every new key against all before it, and DeepSeek-V3's 91,000
+// entries took 10 s to parse that way. A repeated name keeps its first
+// place and its last value, as ordered_json did. `bad` is the first entry
+// whose value is not a string.
+struct WeightMapReader : nlohmann::json_sax<nlohmann::json> {
+    std::vector<std::pair<std::string, std::string>> entries;
+    std::unordered_map<std::string, size_t> at;
+    std::string bad;   // the first entry whose value is not a string
+    std::string error; // the parser's, when the text is not JSON
+    bool rootIsObject = false, found = false, isObject = false;
+
+    bool null() override { return scalar(nullptr); }
+    bool boolean(bool) override { return scalar(nullptr); }
+    bool number_integer(number_integer_t) override { return scalar(nullptr); }
+    bool number_unsigned(number_unsigned_t) override { return scalar(nullptr); }
+    bool number_float(number_float_t, const string_t&) override { return scalar(nullptr); }
+    bool string(string_t& v) override { return scalar(&v); }
+    bool binary(binary_t&) override { return scalar(nullptr); }
+    bool start_object(std::size_t) override { return open(true); }
+    bool start_array(std::size_t) override { return open(false); }
+    bool end_object() override { return close(); }
+    bool end_array() override { return close(); }
+    bool key(string_t& k) override
+    {
+        m_key = k;
+        return true;
+    }
+    bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override
+    {
+        error = e.what();
+        return false;
+    }
+
+private:
+    // A value directly inside weight_map (depth 2 while it is open).
+    bool scalar(const std::string* text)
+    {
+        if (!m_inMap || m_depth != 2)
+            return true;
+        if (!text) {
+            if (bad.empty())
+                bad = m_key;
+            return true;
+        }
+        auto [it, added] = at.emplace(m_key, entries.size());
+        if (added)
+            entries.emplace_back(m_key, *text);
+        else
+            entries[it->second].second = *text;
+        return true;
+    }
+    bool open(bool object)
+    {
+        scalar(nullptr); // an object or array where a file name belongs
+        ++m_depth;
+        if (m_depth == 1)
+            rootIsObject = object;
+        else if (m_depth == 2 && m_key == "weight_map") { // m_key: the root's key for this value
+            found = true;
+            isObject = object;
+            m_inMap = object;
+        }
+        return true;
+    }
+    bool close()
+    {
+        if (m_depth == 2)
+            m_inMap = false;
+        --m_depth;
+        return true;
+    }
+    int m_depth = 0;
+    bool m_inMap = false;
+    std::string m_key;
+};
+
+} // namespace
+
 void Checkpoint::openIndex(const std::string& indexPath)
 {
-    nlohmann::ordered_json index;
+    WeightMapReader index;
     try {
-        index = nlohmann::ordered_json::parse(readText(indexPath));
+        if (!nlohmann::json::sax_parse(readText(indexPath), &index))
+            throw InputError(indexPath, "not valid JSON: " + index.error);
     } catch (const nlohmann::json::exception& e) {
         throw InputError(indexPath, std::string("not valid JSON: ") + e.what());
     }
-    auto wm = index.find("weight_map");
-    if (!index.is_object() || wm == index.end() || !wm->is_object())
+    if (!index.rootIsObject || !index.found || !index.isObject)
         throw InputError(indexPath, "index has no \"weight_map\" object");
+    if (!index.bad.empty())
+        throw InputError(indexPath, "weight_map entry for '" + index.bad + "' is not a file name");
     m_format = endsWith(indexPath, ".bin.index.json") ? WeightFormat::TorchBin : WeightFormat::Safetensors;
 
     // Shards in first-mention order; every name is checked before anything is opened.
@@ -149,10 +232,7 @@ void Checkpoint::openIndex(const std::string& indexPath)
     std::unordered_map<std::string, int> shardIndex;
     std::vector<std::pair<std::string, int>> listed; // tensor -> shard
     const fs::path folder = fs::path(indexPath).parent_path();
-    for (auto it = wm->begin(); it != wm->end(); ++it) {
-        if (!it.value().is_string())
-            throw InputError(indexPath, "weight_map entry for '" + it.key() + "' is not a file name");
-        std::string shard = it.value().get<std::string>();
+    for (const auto& [tensor, shard] : index.entries) {
         if (!shardIndex.count(shard)) {
             fs::path sp(shard);
             if (shard.empty() || sp.is_absolute())
@@ -163,7 +243,7 @@ void Checkpoint::openIndex(const std::string& indexPath)
             shardIndex[shard] = static_cast<int>(shardNames.size());
             shardNames.push_back(shard);
         }
-        listed.emplace_back(it.key(), shardIndex[shard]);
+        listed.emplace_back(tensor, shardIndex[shard]);
     }
 
     size_t present = 0;

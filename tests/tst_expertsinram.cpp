@@ -82,17 +82,20 @@ private slots:
     {
         QCOMPARE(QString::fromStdString(strategyName(Strategy::ExpertsInRam)), QString("experts_in_ram"));
         QCOMPARE(strategyFromName("experts_in_ram"), std::optional<Strategy>(Strategy::ExpertsInRam));
-        // GPU 0 = 1,600,000: the dense parts (719,168) and then layer 0's
-        // experts (1,505,600) fit; layer 1's would make 2,292,032. Layers
-        // 1-3 keep their experts in RAM (2,359,296 of 10 MB).
-        Plan p = plan(m_tree, {{Device::gpu(0), 1.6e6}, {Device::cpu(), 10e6}});
+        // GPU 0 = 2,400,000, less room for one layer's routed experts copied
+        // there as the router picks them (786,432): 1,613,568. The dense
+        // parts (719,168) and then layer 0's experts (1,505,600) fit; layer
+        // 1's would make 2,292,032. Layers 1-3 keep their experts in RAM
+        // (2,359,296 of 10 MB).
+        Plan p = plan(m_tree, {{Device::gpu(0), 2.4e6}, {Device::cpu(), 10e6}});
         QCOMPARE(QString::fromStdString(mapText(p.deviceMap)),
                  QString::fromStdString("model.embed_tokens:0, model.layers.0:0, " + splitLayer(1, "0", "cpu") + ", " +
                                         splitLayer(2, "0", "cpu") + ", " + splitLayer(3, "0", "cpu") +
                                         ", model.norm:0, model.rotary_emb:0, lm_head:0"));
         QCOMPARE(p.devices.size(), size_t(2));
         QCOMPARE(p.devices[0].used, uint64_t(1'505'600));
-        QCOMPARE(p.devices[0].budget, 1.6e6);
+        QCOMPARE(p.devices[0].budget, 2.4e6);
+        QCOMPARE(p.devices[0].reservedLayer, uint64_t(786'432));
         QCOMPARE(p.devices[1].used, uint64_t(3 * 786'432));
         QCOMPARE(p.notes.back(), std::string("experts_in_ram: 1 of 4 layers keep their routed experts on a GPU; the rest "
                                              "are in RAM or on disk"));
@@ -113,11 +116,12 @@ private slots:
 
     void spillsToRamThenDisk()
     {
-        // GPU 0 = 500,000: the dense parts up to rotary_emb (463,168) fit,
-        // lm_head (another 256,000) goes to RAM. No layer's experts fit on
-        // GPU 0. RAM = 3,000,000: lm_head and the experts of layers 0-2
-        // (2,615,296); layer 3's would make 3,401,728: to disk.
-        Plan p = plan(m_tree, {{Device::gpu(0), 5e5}, {Device::cpu(), 3e6}});
+        // GPU 0 = 1,300,000 less 786,432 for the routed experts: 513,568. The
+        // dense parts up to rotary_emb (463,168) fit, lm_head (another
+        // 256,000) goes to RAM. No layer's experts fit on GPU 0. RAM =
+        // 3,000,000: lm_head and the experts of layers 0-2 (2,615,296);
+        // layer 3's would make 3,401,728: to disk.
+        Plan p = plan(m_tree, {{Device::gpu(0), 1.3e6}, {Device::cpu(), 3e6}});
         QCOMPARE(QString::fromStdString(mapText(p.deviceMap)),
                  QString::fromStdString("model.embed_tokens:0, " + splitLayer(0, "0", "cpu") + ", " +
                                         splitLayer(1, "0", "cpu") + ", " + splitLayer(2, "0", "cpu") + ", " +
@@ -130,12 +134,13 @@ private slots:
     {
         // 100,000 bytes of cache a layer, on GPU 0 where attention computes:
         // the dense parts weigh 719,168 + 400,000 = 1,119,168, and layer 0's
-        // experts no longer fit beside them in 1,600,000 (1,905,600).
+        // experts no longer fit beside them in 2,400,000 - 786,432 (1,905,600).
         KvReserve kv{100'000, 0, "MixtralDecoderLayer", 1024, 1};
-        Plan p = plan(m_tree, {{Device::gpu(0), 1.6e6}, {Device::cpu(), 10e6}}, kv);
+        Plan p = plan(m_tree, {{Device::gpu(0), 2.4e6}, {Device::cpu(), 10e6}}, kv);
         QCOMPARE(p.deviceMap[1], (std::pair<std::string, Device>{"model.layers.0.self_attn", Device::gpu(0)}));
         QCOMPARE(p.devices[0].used, uint64_t(719'168));
         QCOMPARE(p.devices[0].reservedKv, uint64_t(400'000)); // every layer's cache: they compute on GPU 0
+        QCOMPARE(p.devices[0].reserved, uint64_t(400'000 + 786'432));
         QCOMPARE(p.devices[1].reservedKv, uint64_t(0));
     }
 
@@ -158,7 +163,7 @@ private slots:
     void cliPlansIt()
     {
         auto r = fixtures::runCli({"plan", m_tmp.path() + "/mixtral", "--strategy", "experts_in_ram", "--max-memory",
-                                   "0=1600000", "--max-memory", "cpu=10MB", "--json"});
+                                   "0=2400000", "--max-memory", "cpu=10MB", "--json"});
         QCOMPARE(r.exitCode, 0);
         const auto j = nlohmann::json::parse(r.out.toStdString());
         QCOMPARE(j["model.layers.0"], nlohmann::json(0));

@@ -112,14 +112,28 @@ Plan planExpertsInRam(const ModuleTree& tree, const Budgets& given, const std::o
             }
     }
 
-    // Pass 1: the dense parts, in module order, never going back a device.
+    // Each unit's routed experts. A layer whose experts are not on its GPU
+    // has the ones its router picks copied to the execution GPU (the first)
+    // while it runs: top-k a token when decoding, but a prompt's tokens
+    // together pick most of a layer's (qwen3_moe's 4 prompt tokens took 16 of
+    // 32 in tests/bench/bench_moe.py). So that GPU keeps room for one whole
+    // layer's experts.
     std::vector<uint64_t> expertBytes(mods.size(), 0); // per unit
-    std::vector<size_t> home(mods.size(), 0);
-    size_t cur = 0;
+    uint64_t routedRoom = 0;
     for (int u : units) {
         for (int i = u; i < mods[size_t(u)].end; ++i)
             if (experts[size_t(i)])
                 expertBytes[size_t(u)] += mods[size_t(i)].bytes;
+        routedRoom = std::max(routedRoom, expertBytes[size_t(u)]);
+    }
+    const bool anyGpu = !order.empty() && order.front().device.kind == Device::Gpu;
+    if (anyGpu && order.front().bytes >= 0)
+        order.front().bytes = std::max(0.0, order.front().bytes - double(routedRoom));
+
+    // Pass 1: the dense parts, in module order, never going back a device.
+    std::vector<size_t> home(mods.size(), 0);
+    size_t cur = 0;
+    for (int u : units) {
         const double dense = double(mods[size_t(u)].bytes - expertBytes[size_t(u)] + layerKv[size_t(u)]);
         while (!fits(cur, dense))
             ++cur;
@@ -177,12 +191,18 @@ Plan planExpertsInRam(const ModuleTree& tree, const Budgets& given, const std::o
                 cacheAt[where[layer++]] += layerKv[i];
     }
     for (DeviceTotal& t : plan.devices) {
-        for (const DeviceBudget& b : order)
+        for (const DeviceBudget& b : given)
             if (b.device == t.device)
                 t.budget = b.bytes;
-        t.reservedKv = t.reserved = cacheAt.count(t.device) ? cacheAt[t.device] : 0;
+        t.reservedKv = cacheAt.count(t.device) ? cacheAt[t.device] : 0;
+        t.reservedLayer = anyGpu && t.device == order.front().device ? routedRoom : 0;
+        t.reserved = t.reservedLayer + t.reservedKv;
     }
     plan.budgets = given;
+    if (anyGpu && routedRoom > 0)
+        plan.notes.push_back("kept " + grouped(routedRoom) + " bytes on " + order.front().device.name() +
+                             " for one layer's routed experts, copied there from RAM or disk as the router picks "
+                             "them (a prompt picks most of them)");
     plan.notes.push_back("experts_in_ram: " + std::to_string(onGpu) + " of " + std::to_string(layers) +
                          " layers keep their routed experts on a GPU; the rest are in RAM or on disk");
     return plan;

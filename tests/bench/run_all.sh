@@ -30,5 +30,9 @@ echo; echo "== bench_predict"
 t0=$(date +%s)
 /usr/bin/python3 "$root/tests/bench/bench_predict.py" --cli "$build/app/stowage-cli" || { echo "bench_predict exited $?"; failed=1; }
 echo "(bench_predict: $(( $(date +%s) - t0 )) s)"
+echo; echo "== bench_moe"
+t0=$(date +%s)
+/usr/bin/python3 "$root/tests/bench/bench_moe.py" --cli "$build/app/stowage-cli" || { echo "bench_moe exited $?"; failed=1; }
+echo "(bench_moe: $(( $(date +%s) - t0 )) s)"
 echo; echo "suite: $(( $(date +%s) - start )) s"
 exit $failed

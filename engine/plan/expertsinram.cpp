@@ -6,6 +6,7 @@
 // the disk. llama.cpp users get the same with `-ot exps=CPU` /
 // `--n-cpu-moe N`. The map has entries below the no-split layer, which
 // from_pretrained accepts as a dict. Rules: docs/planner.md.
+#include "plannerstate.h"
 #include "stowage/error.h"
 #include "stowage/kvcache.h"
 #include "stowage/planner.h"
@@ -102,15 +103,11 @@ Plan planExpertsInRam(const ModuleTree& tree, const Budgets& given, const std::o
     for (int c : mods[0].children)
         collect(c);
     // A layer's KV cache weighs on its dense part (attention computes there).
+    const auto layers = kv && kv->bytesPerLayer > 0 ? detail::layerKv(tree, *kv)
+                                                    : std::vector<std::pair<int, uint64_t>>{};
     std::vector<uint64_t> layerKv(mods.size(), 0);
-    if (kv && kv->bytesPerLayer > 0) {
-        size_t layer = 0;
-        for (size_t i = 0; i < mods.size(); ++i)
-            if (mods[i].className == kv->layerClass) {
-                layerKv[i] = layer < kv->layerBytes.size() ? kv->layerBytes[layer] : kv->bytesPerLayer;
-                ++layer;
-            }
-    }
+    for (const auto& [m, bytes] : layers)
+        layerKv[size_t(m)] = bytes;
 
     // Each unit's routed experts. A layer whose experts are not on its GPU
     // has the ones its router picks copied to the execution GPU (the first)
@@ -126,7 +123,7 @@ Plan planExpertsInRam(const ModuleTree& tree, const Budgets& given, const std::o
                 expertBytes[size_t(u)] += mods[size_t(i)].bytes;
         routedRoom = std::max(routedRoom, expertBytes[size_t(u)]);
     }
-    const bool anyGpu = !order.empty() && order.front().device.kind == Device::Gpu;
+    const bool anyGpu = order.front().device.kind == Device::Gpu; // the disk is always last
     if (anyGpu && order.front().bytes >= 0)
         order.front().bytes = std::max(0.0, order.front().bytes - double(routedRoom));
 
@@ -146,10 +143,11 @@ Plan planExpertsInRam(const ModuleTree& tree, const Budgets& given, const std::o
     while (order[ramOrDisk].device.kind == Device::Gpu)
         ++ramOrDisk;
     std::vector<size_t> away(mods.size(), 0);
-    int onGpu = 0;
+    int onGpu = 0, withExperts = 0;
     for (int u : units) {
         if (expertBytes[size_t(u)] == 0)
             continue;
+        ++withExperts;
         const double bytes = double(expertBytes[size_t(u)]);
         size_t d = home[size_t(u)];
         if (order[d].device.kind != Device::Gpu || !fits(d, bytes)) {
@@ -166,9 +164,6 @@ Plan planExpertsInRam(const ModuleTree& tree, const Budgets& given, const std::o
     for (int u : units)
         emit(tree, experts, u, order[home[size_t(u)]].device, order[away[size_t(u)]].device, map);
     cleanDeviceMap(map);
-    int layers = 0;
-    for (int u : units)
-        layers += expertBytes[size_t(u)] > 0;
     Plan plan = planFromDeviceMap(tree, map, "experts_in_ram: the dense part first on the GPUs, the routed experts after");
     for (PlanEntry& e : plan.entries) {
         const int m = tree.find(e.module);
@@ -183,12 +178,10 @@ Plan planExpertsInRam(const ModuleTree& tree, const Budgets& given, const std::o
     // Each cache where its layer computes (layerCacheDevices: a layer split
     // over a GPU and RAM computes on the execution GPU).
     std::map<Device, uint64_t> cacheAt;
-    if (kv && kv->bytesPerLayer > 0) {
+    if (!layers.empty()) {
         const std::vector<Device> where = layerCacheDevices(tree, map, kv->layerClass);
-        size_t layer = 0;
-        for (size_t i = 0; i < mods.size() && layer < where.size(); ++i)
-            if (mods[i].className == kv->layerClass)
-                cacheAt[where[layer++]] += layerKv[i];
+        for (size_t l = 0; l < layers.size() && l < where.size(); ++l)
+            cacheAt[where[l]] += layers[l].second;
     }
     for (DeviceTotal& t : plan.devices) {
         for (const DeviceBudget& b : given)
@@ -203,7 +196,7 @@ Plan planExpertsInRam(const ModuleTree& tree, const Budgets& given, const std::o
         plan.notes.push_back("kept " + grouped(routedRoom) + " bytes on " + order.front().device.name() +
                              " for one layer's routed experts, copied there from RAM or disk as the router picks "
                              "them (a prompt picks most of them)");
-    plan.notes.push_back("experts_in_ram: " + std::to_string(onGpu) + " of " + std::to_string(layers) +
+    plan.notes.push_back("experts_in_ram: " + std::to_string(onGpu) + " of " + std::to_string(withExperts) +
                          " layers keep their routed experts on a GPU; the rest are in RAM or on disk");
     return plan;
 }

@@ -48,20 +48,22 @@ Sizes::Sizes(const ModuleTree& tree, const PlanOptions& options) : m_tree(tree)
         m_byParam[i] = byParam;
         m_listed[i] = any || byParam;
     }
-    if (options.kv && options.kv->bytesPerLayer > 0) {
-        const std::vector<uint64_t>& perLayer = options.kv->layerBytes;
-        size_t layer = 0;
-        for (size_t i = 0; i < mods.size(); ++i) {
-            if (mods[i].className != options.kv->layerClass)
-                continue;
-            const uint64_t bytes = layer < perLayer.size() ? perLayer[layer] : options.kv->bytesPerLayer;
-            ++layer;
-            for (int a = int(i); a >= 0; a = mods[size_t(a)].parent) {
+    if (options.kv && options.kv->bytesPerLayer > 0)
+        for (const auto& [layer, bytes] : layerKv(tree, *options.kv))
+            for (int a = layer; a >= 0; a = mods[size_t(a)].parent) {
                 m_module[size_t(a)] += bytes;
                 m_kv[size_t(a)] += bytes;
             }
-        }
-    }
+}
+
+std::vector<std::pair<int, uint64_t>> layerKv(const ModuleTree& tree, const KvReserve& kv)
+{
+    std::vector<std::pair<int, uint64_t>> out;
+    const auto& mods = tree.modules();
+    for (size_t i = 0; i < mods.size(); ++i)
+        if (mods[i].className == kv.layerClass)
+            out.emplace_back(int(i), out.size() < kv.layerBytes.size() ? kv.layerBytes[out.size()] : kv.bytesPerLayer);
+    return out;
 }
 
 bool Sizes::isNoSplit(int module) const

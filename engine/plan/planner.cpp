@@ -61,15 +61,12 @@ KvPlacement kvPlacement(const ModuleTree& tree, const DeviceMap& raw, const KvRe
     KvPlacement out;
     const std::vector<Device> cacheAt = layerCacheDevices(tree, raw, kv.layerClass);
     const ModuleDevices md = moduleDevices(tree, raw);
-    const auto& mods = tree.modules();
-    size_t layer = 0;
-    for (size_t i = 0; i < mods.size() && layer < cacheAt.size(); ++i) {
-        if (mods[i].className != kv.layerClass)
-            continue;
-        const uint64_t bytes = layer < kv.layerBytes.size() ? kv.layerBytes[layer] : kv.bytesPerLayer;
-        const Device& d = cacheAt[layer++];
+    const auto layers = detail::layerKv(tree, kv);
+    for (size_t l = 0; l < layers.size() && l < cacheAt.size(); ++l) {
+        const auto [m, bytes] = layers[l];
+        const Device& d = cacheAt[l];
         out.at[d] += bytes;
-        if (md.code[i] < 0 || deviceFromCode(md.code[i]) != d)
+        if (md.code[size_t(m)] < 0 || deviceFromCode(md.code[size_t(m)]) != d)
             out.away[d] += bytes;
     }
     return out;
@@ -168,17 +165,21 @@ Plan planDeviceMap(const ModuleTree& given, const PlanOptions& options)
                 plan.notes.push_back("kept " + grouped(options.kv->activationBytes) + " bytes on " +
                                      b.device.name() + " for the largest activation");
             }
+    // Whether 5.6 would refuse the map it planned, said last.
+    const auto judge = [&](Plan& p) {
+        if (quant && tree.quantApplied())
+            p.refusal = quantRefusal(*quant, p.deviceMap);
+        if (!p.refusal.empty())
+            p.notes.push_back(p.refusal);
+        return p;
+    };
     if (options.strategy == Strategy::ExpertsInRam) {
         Plan own = planExpertsInRam(tree, mm, options.kv);
         own.reference = plan.reference;
         own.budgets = plan.budgets;
         own.quantization = plan.quantization;
         own.notes.insert(own.notes.begin(), plan.notes.begin(), plan.notes.end());
-        if (quant && tree.quantApplied())
-            own.refusal = quantRefusal(*quant, own.deviceMap);
-        if (!own.refusal.empty())
-            own.notes.push_back(own.refusal);
-        return own;
+        return judge(own);
     }
     // A layer's KV cache lives where the layer computes (layerCacheDevices):
     // on its GPU; an offloaded layer's on the execution device (GPU 0 when
@@ -202,24 +203,15 @@ Plan planDeviceMap(const ModuleTree& given, const PlanOptions& options)
                 plan.notes.push_back("kept " + grouped(bytes) + " bytes on " + d.name() +
                                      " for the KV caches of the layers that compute there (a layer's cache lives "
                                      "where it computes)");
-        if (quant && tree.quantApplied())
-            plan.refusal = quantRefusal(*quant, plan.deviceMap);
-        if (!plan.refusal.empty())
-            plan.notes.push_back(plan.refusal);
-        return plan;
+        return judge(plan);
     };
     size_t gpus = 0;
     for (const DeviceBudget& b : mm)
         gpus += b.device.kind == Device::Gpu;
     uint64_t kvTotal = 0;
-    if (options.kv) {
-        size_t layer = 0;
-        for (const Module& m : tree.modules())
-            if (m.className == options.kv->layerClass) {
-                kvTotal += layer < options.kv->layerBytes.size() ? options.kv->layerBytes[layer] : options.kv->bytesPerLayer;
-                ++layer;
-            }
-    }
+    if (options.kv)
+        for (const auto& [layer, bytes] : detail::layerKv(tree, *options.kv))
+            kvTotal += bytes;
     if (kvTotal > 0 && gpus <= 1) {
         // One execution device holds every layer's cache: GPU 0 when the map
         // uses it, else RAM. Keep that room there and place the layers by

@@ -52,6 +52,11 @@ private:
     std::vector<std::string> m_noSplit;
 };
 
+// Each module of kv.layerClass in tree order, with its KV-cache bytes
+// (KvReserve::layerBytes, bytesPerLayer past its end): what Sizes adds to a
+// layer, and what the planner keeps where the layer's cache lives.
+std::vector<std::pair<int, uint64_t>> layerKv(const ModuleTree& tree, const KvReserve& kv);
+
 class Placer {
 public:
     Placer(const ModuleTree& tree, const Sizes& sizes, Budgets budgets);

@@ -196,6 +196,26 @@ void TestMoe::expertsInRamPlansAndRuns()
         QVERIFY(close(split->forward({id}), all->forward({id})));
         QCOMPARE(t.h2dBytes() - h2d, uint64_t(2 * 2 * 24'576));
     }
+
+    // Compute-where-it-lives multiplies the routed experts in RAM, where
+    // they live (llama.cpp's -ot exps=CPU): the same logits, no expert byte
+    // crosses to the GPU, and each step maps the two experts of each layer
+    // in place (three tensors each: w1, w3, w2).
+    lo.policy = ExecutionPolicy::ComputeWhereItLives;
+    auto home = Model::load(ck, tree, lo);
+    all->resetCache();
+    QVERIFY(close(home->forward(prompt), all->forward(prompt)));
+    Telemetry& th = home->telemetry();
+    for (int32_t id : {9, 30, 41}) {
+        const uint64_t h2d = th.h2dBytes(), cursor = th.eventCount();
+        QVERIFY(close(home->forward({id}), all->forward({id})));
+        QCOMPARE(th.h2dBytes() - h2d, uint64_t(0));
+        int inPlace = 0;
+        for (const TraceEvent& e : th.traceSince(cursor).items)
+            if (e.kind == TraceKind::Map && e.tensor.find(".experts.") != std::string::npos && e.device == "cpu")
+                ++inPlace;
+        QCOMPARE(inPlace, 2 * 2 * 3);
+    }
 }
 
 QTEST_APPLESS_MAIN(TestMoe)

@@ -2,7 +2,8 @@
 // 5.6's names), they are still read one expert at a time, a slice of the
 // stored tensor's bytes, and a decode step reads only the experts its router
 // picked (as tst_moe measures for per-expert storage). An MXFP4 checkpoint
-// is refused with its reason.
+// keeps its experts as stored and moves them so; a GPTQ one is refused with
+// its reason.
 #include "fixtures.h"
 #include "gptossfixtures.h"
 #include "stowage/checkpoint.h"
@@ -62,7 +63,8 @@ private slots:
     void decodeReadsOnlyRoutedExperts_data();
     void decodeReadsOnlyRoutedExperts();
     void expertsOnAnotherDevice();
-    void mxfp4IsRefused();
+    void mxfp4ExpertsStayQuantized();
+    void planOnlyQuantizersAreRefused();
 };
 
 void TestMoeGptOss::decodeReadsOnlyRoutedExperts_data()
@@ -143,22 +145,75 @@ void TestMoeGptOss::expertsOnAnotherDevice()
     QCOMPARE(t.h2dBytes() - h2d, kRest + 2 * kExpert);
 }
 
-void TestMoeGptOss::mxfp4IsRefused()
+void TestMoeGptOss::mxfp4ExpertsStayQuantized()
 {
+    // OpenAI's own layout: the experts as MXFP4 blocks and scales (random
+    // bytes here: the values are not checked, tst_reference runs a real
+    // quantization against its reference). What one expert weighs stored:
+    //   gate_up_proj_blocks [64, 1, 16] 1,024 + gate_up_proj_scales [64, 1] 64,
+    //   down_proj_blocks [32, 1, 16] 512 + down_proj_scales [32, 1] 32,
+    //   biases fp32 (64 + 32) x 4 = 384: 2,016 bytes (12,672 dequantized to fp32).
+    constexpr uint64_t kStoredExpert = 2'016;
     const std::string d = writeCheckpoint(m_tmp.path(), true);
     Checkpoint ck = Checkpoint::open(d);
     ModuleTree tree = buildModuleTree(ck, DType::F32); // plans: the blocks are the experts' stored form
     QVERIFY(tree.missing().empty());
     QVERIFY(tree.unexpected().empty());
     QVERIFY(tree.quantization() && tree.quantization()->kind == Quantization::Kind::Mxfp4);
+    {
+        // All in RAM: the blocks stay as stored, dequantized per unit as it
+        // runs. Held: embedding and head 64 x 32 x 4 = 8,192 each, the norm
+        // 128, and per layer 14,000 + 8 experts x 2,016 = 30,128: 76,768
+        // bytes (the experts dequantized would add 2 x 8 x 10,656).
+        LoadOptions lo;
+        lo.dtype = DType::F32;
+        lo.deviceMap = {{"", Device::cpu()}};
+        auto model = Model::load(ck, tree, lo);
+        QCOMPARE(model->telemetry().resident().at("cpu"), uint64_t(76'768));
+        model->forward({3, 17, 5});
+    }
+    // Layer 0 on disk computes on GPU 0: a decode step reads and sends its
+    // 14,000 bytes and, per expert the router picks, its stored 2,016.
+    LoadOptions lo;
+    lo.dtype = DType::F32;
+    lo.simulateGpus = true;
+    lo.policy = ExecutionPolicy::AccelerateLike;
+    lo.deviceMap = {{"model.embed_tokens", Device::gpu(0)}, {"model.layers.0", Device::disk()},
+                    {"model.layers.1", Device::gpu(0)},     {"model.norm", Device::gpu(0)},
+                    {"model.rotary_emb", Device::gpu(0)},   {"lm_head", Device::gpu(0)}};
+    auto model = Model::load(ck, tree, lo);
+    Telemetry& t = model->telemetry();
+    model->forward({3, 17, 5});
+    const uint64_t before = t.diskReadBytes(), h2d = t.h2dBytes();
+    model->forward({9});
+    QCOMPARE(t.diskReadBytes() - before, kRest + 2 * kStoredExpert);
+    QCOMPARE(t.h2dBytes() - h2d, kRest + 2 * kStoredExpert);
+}
+
+void TestMoeGptOss::planOnlyQuantizersAreRefused()
+{
+    // A GPTQ gpt-oss is planned (sized as the unquantized model: GPTQ does
+    // not replace GptOssExperts) but not run: one error naming config.json
+    // and saying so.
+    const std::string d = m_tmp.path().toStdString() + "/gptoss-gptq";
+    QDir().mkpath(QString::fromStdString(d));
+    fixtures::GptOssShape s = shape();
+    fixtures::writeRandomSafetensors(d + "/model.safetensors", fixtures::gptOssTensors(s, DType::F32), 5);
+    nlohmann::json c = fixtures::gptOssConfig(s, DType::F32);
+    c["quantization_config"] = {{"quant_method", "gptq"}, {"bits", 4}, {"group_size", 128}};
+    fixtures::writeJson(d + "/config.json", c);
+    Checkpoint ck = Checkpoint::open(d);
+    ModuleTree tree = buildModuleTree(ck, DType::F32);
     LoadOptions lo;
     lo.dtype = DType::F32;
     lo.deviceMap = {{"", Device::cpu()}};
     try {
         Model::load(ck, tree, lo);
-        QFAIL("an MXFP4 checkpoint was loaded");
+        QFAIL("a GPTQ checkpoint was loaded");
     } catch (const InputError& e) {
-        QVERIFY2(QString(e.what()).contains("config.json") && QString(e.what()).contains("'mxfp4'"), e.what());
+        QVERIFY2(QString(e.what()).contains("config.json") && QString(e.what()).contains("GPTQ") &&
+                     QString(e.what()).contains("planned and inspected but not run"),
+                 e.what());
     }
 }
 

@@ -140,6 +140,24 @@ void TestReference::matchesReference_data()
             QTest::addRow("gpt_oss %s %s", dtype, placement)
                 << QStringList{"--family", "gpt_oss", "--dtype", dtype} << placement << false;
     }
+    // Quantized checkpoints as the Hub stores them (tests/reference/quant_ref.py),
+    // dequantized a unit at a time as they run; the reference dequantizes the
+    // same bytes as transformers 5.6 does without kernels: gpt-oss's experts
+    // in MXFP4, Qwen3-MoE (8x4 blocks, per-expert tensors), DeepSeek-V3 (4x4,
+    // two shards) and a Llama in block-wise FP8; planned maps read them from
+    // RAM, disk and a simulated GPU.
+    for (const char* placement : {"cpu", "offloaded", "simulated-gpu", "ram-disk-gpu"}) {
+        QTest::addRow("gpt_oss mxfp4 %s", placement)
+            << QStringList{"--family", "gpt_oss", "--quantize", "mxfp4", "--dtype", "bfloat16"} << placement << false;
+        QTest::addRow("qwen3_moe fp8 %s", placement) << QStringList{"--family", "qwen3_moe", "--quantize", "fp8",
+                                                                    "--fp8-block", "8,4", "--dtype", "bfloat16"}
+                                                     << placement << false;
+        QTest::addRow("deepseek_v3 fp8 sharded %s", placement)
+            << QStringList{"--family", "deepseek_v3", "--quantize", "fp8", "--dtype", "bfloat16", "--shards", "2"}
+            << placement << false;
+    }
+    QTest::addRow("llama fp8 offloaded")
+        << QStringList{"--family", "llama", "--quantize", "fp8", "--dtype", "bfloat16"} << "offloaded" << false;
     // fp16 checkpoints computed from their fp16 weights on the CPU (widened
     // as the kernels read them, exact) and with their cache in fp16: the
     // reference computes in fp32 from the same fp16 values and rounds its keys

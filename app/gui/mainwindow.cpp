@@ -641,10 +641,11 @@ void MainWindow::openCheckpoint(const QString& path)
                 r->cannotRun = QObject::tr("model_type '%1' has no runner: Stowage plans it from its tensor "
                                            "names but cannot run it.")
                                    .arg(QString::fromStdString(tree->modelType()));
-            else if (const Quantization* q = tree->quantization())
+            else if (const Quantization* q = tree->quantization(); q && !quantizationRuns(*q))
                 r->cannotRun = QObject::tr("%1 weights (quantization_config) are sized and planned as transformers "
-                                           "5.6 plans them, but Stowage does not run quantized weights yet; an "
-                                           "unquantized checkpoint of the model runs.")
+                                           "5.6 plans them, but can be planned, not run, here: Stowage runs MXFP4 "
+                                           "and block-wise FP8 checkpoints; an unquantized checkpoint of the "
+                                           "model runs.")
                                    .arg(QString::fromStdString(q->label()));
             r->tree = std::move(tree);
         } catch (const std::exception& e) {

@@ -170,4 +170,12 @@ SafetensorsHeader parseSafetensors(const uint8_t* data, uint64_t size, const std
     return out;
 }
 
+std::string shapeText(const std::vector<int64_t>& shape)
+{
+    std::string out = "[";
+    for (size_t i = 0; i < shape.size(); ++i)
+        out += (i ? ", " : "") + std::to_string(shape[i]);
+    return out + "]";
+}
+
 } // namespace stowage

@@ -229,6 +229,11 @@ QuantDecision quantDecision(const Quantization& q, const QuantTarget& t)
     return {false, "quant_method '" + q.method + "' is not modelled: sized as the unquantized model"};
 }
 
+bool quantizationRuns(const Quantization& q)
+{
+    return q.kind == Quantization::Kind::Mxfp4 || (q.kind == Quantization::Kind::Fp8 && !q.staticActivation);
+}
+
 bool quantizerSkips(const std::string& module, const std::vector<std::string>& patterns)
 {
     for (const std::string& p : patterns) {

@@ -8,20 +8,11 @@
 
 #include <algorithm>
 #include <map>
-#include <sstream>
 
 namespace stowage {
 namespace {
 
-std::string shapeText(const std::vector<int64_t>& s)
-{
-    std::ostringstream o;
-    o << '[';
-    for (size_t i = 0; i < s.size(); ++i)
-        o << (i ? ", " : "") << s[i];
-    o << ']';
-    return o.str();
-}
+bool isFloat8(DType d) { return d == DType::F8_E4M3 || d == DType::F8_E5M2; }
 
 bool isNumber(const std::string& s)
 {
@@ -210,7 +201,7 @@ ModuleTree buildModuleTree(const Checkpoint& ck, std::optional<DType> dtype, Ref
                 if (ck.indexOnly())
                     continue;
                 checkShape(*pt, part.shape);
-                if (first)
+                if (first && !(quant && isFloat8(pt->dtype)))
                     p.stored = pt->dtype;
                 first = false;
             }
@@ -229,7 +220,8 @@ ModuleTree buildModuleTree(const Checkpoint& ck, std::optional<DType> dtype, Ref
         if (quant && !dtypeIsFloating(ti->dtype) && dtypeIsFloating(p.stored))
             continue; // bitsandbytes' packed uint8 or int8 weight: the unquantized form keeps the load dtype
         checkShape(*ti, p.shape);
-        p.stored = ti->dtype;
+        if (!(quant && isFloat8(ti->dtype))) // an FP8 weight keeps its unquantized form's load dtype
+            p.stored = ti->dtype;
     }
     // A persistent buffer the file stores (DeepSeek-V3's router correction
     // bias) is loaded into the buffer: expected, not a parameter.

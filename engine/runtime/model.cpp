@@ -3,6 +3,7 @@
 #include "stowage/error.h"
 #include "stowage/families.h"
 #include "stowage/model.h"
+#include "stowage/quantization.h"
 #include "stowage/runtimeinfo.h"
 
 #include <ATen/Parallel.h>
@@ -54,15 +55,16 @@ std::unique_ptr<Model> Model::load(const Checkpoint& ck, const ModuleTree& tree,
         throw InputError(cfg.path(), "model_type '" + cfg.modelType() + "' cannot be run yet (runnable: " + list +
                                          "); inspect and plan work for it");
     }
+    // MXFP4 (gpt-oss) and fine-grained FP8 weights are dequantized per unit
+    // as they are fetched (weightstore.h); the other quantizers are planned
+    // and inspected only.
+    if (const auto q = quantizationOf(cfg); q && !quantizationRuns(*q))
+        throw InputError(cfg.path(), "quantization_config (" + q->label() +
+                                         ") can be planned and inspected but not run here: running reads MXFP4 "
+                                         "and block-wise FP8 (dynamic activations) weights; an unquantized "
+                                         "(bf16, fp16 or fp32) checkpoint of the model can be run");
     if (ck.indexOnly())
         throw InputError(ck.weightsPath(), "the shards are not downloaded: running needs the weights");
-    // OpenAI's gpt-oss checkpoints hold their experts as MXFP4 blocks and
-    // scales: the tree plans them, nothing here runs them yet.
-    if (auto q = cfg.raw().find("quantization_config"); q != cfg.raw().end() && q->is_object())
-        throw InputError(cfg.path(), "quantization_config (quant_method '" +
-                                         q->value("quant_method", std::string("?")) +
-                                         "') cannot be run yet: quantized weights are not read; an unquantized "
-                                         "(bf16, fp16 or fp32) checkpoint of the model can be run");
     at::set_num_threads(loadThreads(options.threads));
 
     auto impl = std::make_unique<Impl>(options.telemetry ? options.telemetry : std::make_shared<Telemetry>());

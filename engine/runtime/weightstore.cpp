@@ -1,9 +1,11 @@
 #include "weightstore.h"
 
+#include "dequant.h"
 #include "families/gemv.h"
 
 #include "cudacopy.h"
 #include "stowage/hardware.h"
+#include "stowage/quantization.h"
 #include "torchtypes.h"
 
 #include <c10/util/Exception.h>
@@ -63,6 +65,23 @@ struct WeightStore::Slot {
     uint64_t bytes = 0; // in the compute dtype
     Slot* tiedTo = nullptr;
     const TensorInfo* tensor = nullptr; // the checkpoint's (its name may lack the base-model prefix)
+    // A quantized weight (dequant.h): `src` holds its stored bytes (FP8, or
+    // MXFP4 blocks) in `storedShape`, `scaleSrc` its scales. It is never
+    // resident in the weight dtype: `resident` (where its home is not the
+    // disk) holds the stored bytes and `residentScale` the scales, and every
+    // fetch of its unit dequantizes them on the unit's device.
+    enum class Quant { None, Fp8, Mxfp4 } quant = Quant::None;
+    std::vector<int64_t> storedShape, scaleShape;
+    const uint8_t* scaleSrc = nullptr;
+    DType scaleDType = DType::F32;
+    int64_t blockRows = 0, blockCols = 0; // FP8's weight_block_size
+    std::shared_ptr<const void> scaleKeep; // the mapping `scaleSrc` points into
+    at::Tensor residentScale;
+    // > 0: one expert's slice of a stored tensor that holds this many (its
+    // scales are sliced the same way).
+    int64_t sliceOf = 0;
+    // Usable as it is on `d`: resident there, in the weight dtype.
+    bool readyOn(const RtDevice* d) const { return resident.defined() && homeDev == d && quant == Quant::None; }
 };
 
 WeightStore::WeightStore(const Checkpoint& ck, const ModuleTree& tree, const LoadOptions& options, Telemetry& telemetry)
@@ -164,8 +183,138 @@ bool WeightStore::usesInPlace(const Slot& s) const
 bool WeightStore::readsInPlace(const Slot& s) const
 {
     const TensorInfo* t = s.tensor;
-    return t && m_ck.shards()[size_t(t->shard)].format == WeightFormat::Safetensors &&
+    return t && s.quant == Slot::Quant::None && m_ck.shards()[size_t(t->shard)].format == WeightFormat::Safetensors &&
            toTorch(t->dtype) == m_weightDType;
+}
+
+// A quantized stored tensor and its scales, as transformers 5.6 stores them:
+// a float8_e4m3fn weight beside `<name>_scale_inv` (one float per
+// weight_block_size block), an MXFP4 `<name>_blocks` beside `<name>_scales`.
+// Anything else stays as it is.
+void WeightStore::setQuantized(Slot& s, const TensorInfo& t) const
+{
+    const std::string& file = m_ck.shards()[size_t(t.shard)].path;
+    const auto need = [&](bool ok, const std::string& what) {
+        if (!ok)
+            throw InputError(file, "tensor '" + t.name + "': " + what);
+    };
+    std::string scaleName;
+    if (t.dtype == DType::F8_E4M3) {
+        s.quant = Slot::Quant::Fp8;
+        scaleName = t.name + "_scale_inv";
+    } else if (t.dtype == DType::U8 && t.name.size() > 7 && t.name.compare(t.name.size() - 7, 7, "_blocks") == 0) {
+        s.quant = Slot::Quant::Mxfp4;
+        scaleName = t.name.substr(0, t.name.size() - 7) + "_scales";
+    } else {
+        need(t.dtype != DType::F8_E5M2, "float8_e5m2 weights are not read (FP8 checkpoints store float8_e4m3fn)");
+        return;
+    }
+    const TensorInfo* sc = m_ck.find(scaleName);
+    need(sc != nullptr, std::string(s.quant == Slot::Quant::Fp8 ? "float8_e4m3fn" : "MXFP4 blocks") +
+                            ", but the checkpoint has no '" + scaleName + "' to scale it");
+    std::vector<int64_t> stored = t.shape, scale = sc->shape;
+    uint64_t scaleOffset = 0;
+    if (s.sliceOf > 0) { // one expert of a fused tensor: its slice of the scales too
+        need(!stored.empty() && stored[0] == s.sliceOf && !scale.empty() && scale[0] == s.sliceOf,
+             "its scales do not hold " + std::to_string(s.sliceOf) + " experts");
+        stored.erase(stored.begin());
+        scale.erase(scale.begin());
+        scaleOffset = sc->nbytes / uint64_t(s.sliceOf) * uint64_t(s.expert);
+    }
+    if (s.quant == Slot::Quant::Fp8) {
+        need(stored == s.shape && stored.size() >= 2, "an FP8 weight of shape " + shapeText(stored) +
+                                                          " where the model has " + shapeText(s.shape));
+        const Quantization* q = m_tree.quantization();
+        const auto block = q && q->block ? *q->block : std::make_pair(stored[stored.size() - 2], stored.back());
+        s.blockRows = block.first;
+        s.blockCols = block.second;
+    } else {
+        need(stored.size() == 3 && stored[2] == 16 && scale == std::vector<int64_t>{stored[0], stored[1]} &&
+                 s.shape == std::vector<int64_t>{stored[1] * 32, stored[0]},
+             "MXFP4 blocks " + shapeText(stored) + " with scales " + shapeText(scale) +
+                 " do not make the model's " + shapeText(s.shape));
+    }
+    s.storedShape = std::move(stored);
+    s.scaleShape = std::move(scale);
+    s.scaleSrc = m_ck.data(*sc) + scaleOffset;
+    s.scaleKeep = m_ck.shards()[size_t(sc->shard)].map;
+    s.scaleDType = sc->dtype;
+}
+
+std::pair<at::Tensor, at::Tensor> WeightStore::storedQuant(const Slot& s) const
+{
+    const auto view = [](const uint8_t* p, const std::vector<int64_t>& shape, at::ScalarType dtype,
+                         std::shared_ptr<const void> keep) {
+        return at::from_blob(
+            const_cast<uint8_t*>(p), shape, [keep = std::move(keep)](void*) {}, at::TensorOptions().dtype(dtype));
+    };
+    return {view(s.src, s.storedShape, at::kByte, s.keep), view(s.scaleSrc, s.scaleShape, toTorch(s.scaleDType), s.scaleKeep)};
+}
+
+// A quantized weight at home in RAM stays the checkpoint's mapped bytes (no
+// copy, as a RAM weight used in place); on a GPU its stored bytes and scales
+// are copied there. Either way it weighs its stored bytes, a quarter or half
+// of the dequantized ones the plan counts where transformers dequantizes.
+void WeightStore::holdQuantized(Slot& s)
+{
+    auto [q, scale] = storedQuant(s);
+    const uint64_t bytes = uint64_t(q.nbytes() + scale.nbytes());
+    m_telemetry.allocate(s.homeDev->label(), bytes, s.name);
+    if (s.homeDev->torch.is_cpu() && !s.homeDev->simulated) {
+        s.resident = q;
+        s.residentScale = scale;
+        return;
+    }
+    try {
+        s.resident = q.to(s.homeDev->torch, at::kByte, false, /*copy=*/true);
+        s.residentScale = scale.to(s.homeDev->torch, scale.scalar_type(), false, /*copy=*/true);
+    } catch (const c10::Error& e) {
+        throw InputError("device " + s.homeDev->label(), "cannot hold " + s.name + ": " + e.what_without_backtrace());
+    }
+    m_telemetry.addH2D(bytes);
+}
+
+// A quantized weight's fetch: its stored bytes (and scales) reach the unit's
+// device, quantized (a quarter or half of the bytes over the link), and are
+// dequantized there into the weight dtype; the copy is the unit's until
+// leave(), like any fetched weight.
+void WeightStore::fetchQuantized(Unit& u, size_t i, TraceKind kind, const RtDevice& on)
+{
+    Slot& s = *u.slots[i];
+    const double t0 = m_telemetry.now();
+    at::Tensor q = s.resident, scale = s.residentScale;
+    if (!q.defined()) {
+        std::tie(q, scale) = storedQuant(s);
+        m_telemetry.addDiskRead(uint64_t(q.nbytes() + scale.nbytes()));
+    }
+    const uint64_t moved = uint64_t(q.nbytes() + scale.nbytes());
+    // Dequantized for an expert computed in RAM beside a GPU unit: scratch
+    // memory until leave(), not the unit device's (one expert's worth).
+    const bool onUnit = &on == u.device;
+    if (onUnit) {
+        m_telemetry.allocate(u.device->label(), s.bytes, s.name);
+        u.held[i] = s.bytes;
+    }
+    try {
+        if (q.device() != on.torch) {
+            q = q.to(on.torch);
+            scale = scale.to(on.torch);
+        }
+        u.fetched[i] = s.quant == Slot::Quant::Fp8 ? dequant::fp8(q, scale, s.blockRows, s.blockCols, m_weightDType)
+                                                    : dequant::mxfp4(q, scale, m_weightDType);
+    } catch (const c10::Error& e) {
+        if (onUnit)
+            m_telemetry.release(u.device->label(), s.bytes);
+        u.held[i] = 0;
+        throw InputError("device " + on.label(),
+                         "out of memory while dequantizing " + s.name + ": " + e.what_without_backtrace());
+    }
+    if (on.device.kind == Device::Gpu && s.homeDev != &on) {
+        m_telemetry.addH2D(moved);
+        if (on.simulated && m_options.simulatedPcieBytesPerSecond > 0)
+            pause(double(moved) / m_options.simulatedPcieBytesPerSecond - (m_telemetry.now() - t0));
+    }
+    m_telemetry.event({t0, m_telemetry.now(), kind, u.name, s.name, on.label(), s.bytes});
 }
 
 void WeightStore::load(const ProgressFn& progress)
@@ -201,6 +350,8 @@ void WeightStore::load(const ProgressFn& progress)
         return m_slots.back().get();
     };
     for (const Param& p : params) {
+        if (p.quantOnly || p.quantDropped)
+            continue; // a quantizer's scale: read beside the weight it scales (setQuantized)
         if (!p.duplicate && !p.found())
             throw InputError(m_ck.weightsPath(), "the checkpoint lacks '" + p.name + "', which running needs");
         const bool slicedExperts = p.parts.empty() && p.experts > 0 && !p.duplicate && p.tensor >= 0;
@@ -217,6 +368,7 @@ void WeightStore::load(const ProgressFn& progress)
                 Slot* s = addSlot(p, p.name + "[" + std::to_string(e) + "]", shape, p.tensor);
                 s->onDemand = true;
                 s->expert = e;
+                s->sliceOf = p.experts;
                 s->srcOffset = uint64_t(e) * sliceBytes;
                 parts.push_back(s);
             }
@@ -257,8 +409,11 @@ void WeightStore::load(const ProgressFn& progress)
                 s.keep = m_ck.shards()[shard].map;
                 s.tensor = &t;
                 s.srcDType = t.dtype;
+                setQuantized(s, t);
                 if (s.home.kind == Device::Disk) {
-                    needOffload = needOffload || !readsInPlace(s);
+                    needOffload = needOffload || (s.quant == Slot::Quant::None && !readsInPlace(s));
+                } else if (s.quant != Slot::Quant::None) {
+                    holdQuantized(s);
                 } else {
                     m_telemetry.allocate(s.homeDev->label(), s.bytes, s.name);
                     if (usesInPlace(s)) {
@@ -302,7 +457,7 @@ void WeightStore::load(const ProgressFn& progress)
         bool wrote = false;
         for (auto& sp : m_slots) {
             Slot& s = *sp;
-            if (s.tiedTo || s.home.kind != Device::Disk || readsInPlace(s))
+            if (s.tiedTo || s.home.kind != Device::Disk || s.quant != Slot::Quant::None || readsInPlace(s))
                 continue;
             if (!m_offload->has(s.name, target, s.shape)) {
                 at::Tensor c = fromSource(s).to(m_weightDType).contiguous();
@@ -362,7 +517,17 @@ std::vector<at::Tensor> WeightStore::expert(const std::string& param, int64_t e)
             throw std::logic_error("'" + s->name + "' is not a weight of unit " + u.name);
         const size_t i = size_t(at - u.slots.begin());
         // What fails midway stays in u.fetched for leave() or releaseAll() to give back.
-        if (!u.fetched[i].defined() && !(s->resident.defined() && s->homeDev == u.device)) {
+        if (!u.fetched[i].defined() && !s->readyOn(u.device) && expertAtHome(*s, u)) {
+            // Computed where it lives: the resident weights themselves (a
+            // quantized expert dequantized in RAM), nothing crosses the link.
+            if (s->quant != Slot::Quant::None) {
+                fetchQuantized(u, i, TraceKind::Map, *s->homeDev);
+            } else {
+                u.fetched[i] = s->resident;
+                m_telemetry.event({m_telemetry.now(), m_telemetry.now(), TraceKind::Map, u.name, s->name,
+                                   s->homeDev->label(), s->bytes});
+            }
+        } else if (!u.fetched[i].defined() && !s->readyOn(u.device)) {
             fetchSlot(u, i, TraceKind::Fetch);
             if (u.events[i]) { // a side-stream copy: the compute stream waits for it, as enter() does
                 cuda::wait(u.events[i], u.device->torch);
@@ -375,6 +540,24 @@ std::vector<at::Tensor> WeightStore::expert(const std::string& param, int64_t e)
     if (out.empty())
         throw std::logic_error("'" + param + "' has no expert " + std::to_string(e));
     return out;
+}
+
+bool WeightStore::expertAtHome(const Slot& s, const Unit& u) const
+{
+    return m_options.policy == ExecutionPolicy::ComputeWhereItLives && s.home.kind == Device::Cpu &&
+           s.resident.defined() && u.device->device.kind == Device::Gpu && cpuIsFaster();
+}
+
+at::Device WeightStore::expertDevice(const std::string& param, int64_t e) const
+{
+    if (!m_current)
+        throw std::logic_error("expert " + std::to_string(e) + " of '" + param + "' asked for outside its unit");
+    auto it = m_parts.find(param);
+    if (it != m_parts.end())
+        for (const Slot* s : it->second)
+            if (s->expert == e)
+                return expertAtHome(*s, *m_current) ? s->homeDev->torch : m_current->device->torch;
+    return m_current->device->torch;
 }
 
 namespace {
@@ -424,8 +607,12 @@ void WeightStore::fetchSlot(Unit& u, size_t i, TraceKind copyKind)
     {
         checkInterrupt();
         Slot& s = *u.slots[i];
-        if (s.resident.defined() && s.homeDev == u.device)
+        if (s.readyOn(u.device))
             return; // resident where it computes
+        if (s.quant != Slot::Quant::None) {
+            fetchQuantized(u, i, copyKind, *u.device);
+            return;
+        }
         const double t0 = m_telemetry.now();
         at::Tensor src = s.resident.defined() ? s.resident : fromSource(s);
         if (!s.resident.defined())
@@ -509,7 +696,7 @@ void WeightStore::setOrder(std::vector<std::string> units)
         // Expert slots are fetched when routed to (expert()), so they neither
         // make a unit need a fetch nor count in what prefetching it places.
         for (const Slot* slot : unit.slots)
-            if (!slot->onDemand && !(slot->resident.defined() && slot->homeDev == unit.device)) {
+            if (!slot->onDemand && !slot->readyOn(unit.device)) {
                 unit.needsFetch = true;
                 unit.fetchBytes += slot->bytes;
             }
@@ -667,8 +854,8 @@ const at::Tensor& WeightStore::get(const std::string& name) const
             if (m_current->slots[i] == s && m_current->fetched[i].defined())
                 return m_current->fetched[i];
     }
-    if (!s->resident.defined())
-        throw std::logic_error("weight '" + name + "' is offloaded and its unit is not entered");
+    if (!s->resident.defined() || s->quant != Slot::Quant::None)
+        throw std::logic_error("weight '" + name + "' is offloaded or quantized and its unit is not entered");
     return s->resident;
 }
 

@@ -81,6 +81,13 @@ public:
     // the stored tensor's bytes, so it too is fetched an expert at a time.
     std::vector<at::Tensor> expert(const std::string& param, int64_t e);
     bool hasExperts(const std::string& param) const;
+    // Where expert `e` of `param` computes in the current unit: the unit's
+    // device, but under compute-where-it-lives the CPU when the expert
+    // lives in RAM and the unit runs on a GPU (llama.cpp's -ot exps=CPU,
+    // Stowage's experts_in_ram): expert() then hands its weights where
+    // they are, no copy, and only the activations cross (moe.h routedSum).
+    // A quantized one is dequantized there.
+    at::Device expertDevice(const std::string& param, int64_t e) const;
     // A persistent buffer the checkpoint stores (DeepSeek-V3's router
     // e_score_correction_bias: tiny, no slot of its own), read from the file
     // into a float32 CPU tensor; undefined when the checkpoint lacks it.
@@ -118,6 +125,11 @@ private:
     at::Tensor pooledCopy(const at::Tensor& src, const RtDevice& dev);
     void returnToPool(const RtDevice& dev, at::Tensor t);
     bool readsInPlace(const Slot& s) const;
+    void setQuantized(Slot& s, const TensorInfo& t) const;           // FP8 / MXFP4: finds its scales
+    std::pair<at::Tensor, at::Tensor> storedQuant(const Slot& s) const; // its stored bytes and scales (views)
+    void holdQuantized(Slot& s);                                     // keeps them at home
+    void fetchQuantized(Unit& u, size_t i, TraceKind kind, const RtDevice& on); // dequantizes them for u, on `on`
+    bool expertAtHome(const Slot& s, const Unit& u) const;           // computes in RAM, not on u's GPU
     bool usesInPlace(const Slot& s) const; // a CPU-resident weight kept as a view of the mapping
     bool cpuIsFaster() const;
     void dropFetched(Unit& u);

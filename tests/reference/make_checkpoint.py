@@ -30,6 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import st_io  # noqa: E402
 import fam_deepseek  # noqa: E402
 import fam_gptoss  # noqa: E402
+import quant_ref  # noqa: E402
 
 TRANSFORMERS_VERSION = "4.46.0"
 FAMILIES = ["gpt2", "llama", "llama3", "mistral", "qwen2", "qwen3", "opt", "opt-proj",
@@ -715,9 +716,9 @@ def make_tensor(shape, kind, gen):
     raise ValueError(kind)
 
 
-def build(family, seed, tied, prefix, pre_ln, norm_topk=True):
+def build(family, seed, tied, prefix, pre_ln, norm_topk=True, overrides=None):
     if family == "gpt_oss":  # fam_gptoss.py
-        cfg = fam_gptoss.config(tied)
+        cfg = dict(fam_gptoss.config(tied), **(overrides or {}))
         layout = fam_gptoss.layout(cfg, prefix, tied)
     elif family in fam_deepseek.FAMILIES:
         cfg = fam_deepseek.config(family, tied)
@@ -776,10 +777,12 @@ def split_shards(tensors, k):
     return groups, total
 
 
-def write(out, cfg, tensors, dtype_name, shards):
+def write(out, cfg, tensors, dtype_name, shards, raw=None):
+    """raw: {name: safetensors dtype} of tensors written as they are (quantized forms)."""
     os.makedirs(out, exist_ok=True)
     dtype = TORCH_DTYPES[dtype_name]
-    stored = [(n, t.to(fam_deepseek.stored_dtype(n, dtype))) for n, t in tensors]
+    raw = raw or {}
+    stored = [(n, t if n in raw else t.to(fam_deepseek.stored_dtype(n, dtype))) for n, t in tensors]
     cfg = dict(cfg)
     cfg["torch_dtype"] = dtype_name
     cfg["transformers_version"] = TRANSFORMERS_VERSION
@@ -794,13 +797,13 @@ def write(out, cfg, tensors, dtype_name, shards):
         if stale.endswith(".safetensors") or stale == "model.safetensors.index.json":
             os.remove(os.path.join(out, stale))
     if shards <= 1:
-        st_io.save_file(stored, os.path.join(out, "model.safetensors"))
+        st_io.save_file(stored, os.path.join(out, "model.safetensors"), dtypes=raw)
         return
     groups, total = split_shards(stored, shards)
     weight_map = {}
     for i, group in enumerate(groups):
         fname = "model-%05d-of-%05d.safetensors" % (i + 1, len(groups))
-        st_io.save_file(group, os.path.join(out, fname))
+        st_io.save_file(group, os.path.join(out, fname), dtypes=raw)
         for n, _ in group:
             weight_map[n] = fname
     index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
@@ -841,6 +844,12 @@ def main(argv=None):
     ap.add_argument("--fused-experts", action="store_true",
                     help="mixtral/qwen3_moe: store the experts fused under transformers 5.x's names "
                          "(mlp.experts.gate_up_proj, mlp.experts.down_proj, mlp.gate) instead of one by one")
+    ap.add_argument("--quantize", choices=["fp8", "mxfp4"],
+                    help="store the weights quantized as the Hub's checkpoints do (quant_ref.py): fp8 "
+                         "(qwen3_moe, deepseek_v3: every layer projection float8_e4m3fn with a "
+                         "weight_scale_inv per --fp8-block block) or mxfp4 (gpt_oss: the experts as _blocks "
+                         "and _scales; hidden_size 64 and intermediate_size 32, multiples of 32)")
+    ap.add_argument("--fp8-block", default="4,4", help="weight_block_size rows,cols for --quantize fp8")
     a = ap.parse_args(argv)
     tied = DEFAULT_TIED[a.family] if a.tied is None else a.tied
     if a.no_prefix:
@@ -856,7 +865,12 @@ def main(argv=None):
         ap.error("--shards must be >= 1")
     if a.no_norm_topk and a.family != "qwen3_moe":
         ap.error("--no-norm-topk applies to qwen3_moe only")
-    cfg, tensors = build(a.family, a.seed, tied, not a.no_prefix, pre_ln, not a.no_norm_topk)
+    if a.quantize == "mxfp4" and a.family != "gpt_oss":
+        ap.error("--quantize mxfp4 applies to gpt_oss only")
+    if a.quantize == "fp8" and a.family not in ("qwen3_moe", "deepseek_v3", "deepseek_v3-mha", "llama"):
+        ap.error("--quantize fp8 applies to qwen3_moe, deepseek_v3 and llama only")
+    overrides = {"hidden_size": 64, "intermediate_size": 32} if a.quantize == "mxfp4" else None
+    cfg, tensors = build(a.family, a.seed, tied, not a.no_prefix, pre_ln, not a.no_norm_topk, overrides)
     if a.sliding_window is not None:
         if a.family in ("mistral", "mixtral"):
             cfg["sliding_window"] = a.sliding_window
@@ -870,7 +884,11 @@ def main(argv=None):
         if a.family not in ("mixtral", "qwen3_moe"):
             ap.error("--fused-experts applies to mixtral and qwen3_moe only")
         tensors = fuse_experts(a.family, tensors)
-    write(a.out, cfg, tensors, a.dtype, a.shards)
+    raw = {}
+    if a.quantize:
+        block = tuple(int(v) for v in a.fp8_block.split(","))
+        cfg, tensors, raw = quant_ref.quantize(a.quantize, cfg, tensors, block)
+    write(a.out, cfg, tensors, a.dtype, a.shards, raw)
 
 
 if __name__ == "__main__":

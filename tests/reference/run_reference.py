@@ -34,6 +34,7 @@ sys.dont_write_bytecode = True  # keep __pycache__ out of the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import st_io  # noqa: E402
 import ref_models  # noqa: E402
+import quant_ref  # noqa: E402
 
 COMPUTE_DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 
@@ -41,7 +42,8 @@ COMPUTE_DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16"
 def load(checkpoint, dtype=torch.float32):
     with open(os.path.join(checkpoint, "config.json")) as f:
         cfg = json.load(f)
-    tensors = st_io.load_checkpoint(checkpoint)
+    # a quantized checkpoint is dequantized first, as transformers 5.6 does without kernels
+    tensors = quant_ref.dequantize(cfg, st_io.load_checkpoint(checkpoint))
     return ref_models.build_model(cfg, tensors, dtype)
 
 

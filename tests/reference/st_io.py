@@ -23,10 +23,11 @@ ST_DTYPES = {
     torch.bool: "BOOL",
 }
 ST_TO_TORCH = {v: k for k, v in ST_DTYPES.items()}
-DTYPE_SIZE = {"F32": 4, "BF16": 2, "F16": 2, "F64": 8, "I64": 8, "I32": 4, "U8": 1, "BOOL": 1}
+DTYPE_SIZE = {"F32": 4, "BF16": 2, "F16": 2, "F64": 8, "I64": 8, "I32": 4, "U8": 1, "BOOL": 1, "F8_E4M3": 1}
 # numpy views for the dtypes numpy has; BF16 goes through int16 bits.
 _NP_VIEW = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I64": np.int64,
-            "I32": np.int32, "U8": np.uint8, "BOOL": np.bool_, "BF16": np.int16}
+            "I32": np.int32, "U8": np.uint8, "BOOL": np.bool_, "BF16": np.int16,
+            "F8_E4M3": np.uint8}  # torch 1.13 has no float8: its bytes load as uint8 (quant_ref.py)
 
 
 def tensor_bytes(t):
@@ -41,14 +42,17 @@ def tensor_bytes(t):
     return arr.astype(arr.dtype.newbyteorder("<")).tobytes()
 
 
-def save_file(tensors, path, metadata=None):
-    """tensors: list of (name, tensor) in the order they are laid out."""
+def save_file(tensors, path, metadata=None, dtypes=None):
+    """tensors: list of (name, tensor) in the order they are laid out; dtypes: {name: dtype
+    code} for tensors written byte for byte under another dtype (uint8 bytes as F8_E4M3)."""
     header = {"__metadata__": dict(metadata or {"format": "pt"})}
     blobs = []
     offset = 0
     for name, t in tensors:
         b = tensor_bytes(t)
-        header[name] = {"dtype": ST_DTYPES[t.dtype], "shape": list(t.shape),
+        code = (dtypes or {}).get(name) or ST_DTYPES[t.dtype]
+        assert DTYPE_SIZE[code] * t.numel() == len(b), name
+        header[name] = {"dtype": code, "shape": list(t.shape),
                         "data_offsets": [offset, offset + len(b)]}
         blobs.append(b)
         offset += len(b)

@@ -63,6 +63,12 @@ struct QuantDecision {
 };
 QuantDecision quantDecision(const Quantization& q, const QuantTarget& target);
 
+// Whether Stowage's runtime runs checkpoints quantized this way: MXFP4 and
+// block-wise FP8 with dynamic activations, dequantized per execution unit
+// as their weights are fetched (never the whole model at once). The others
+// are planned and inspected only.
+bool quantizationRuns(const Quantization& q);
+
 // Gives the tree's parameters the form the quantizer's module replacement
 // gives them (Param::quantBytes, quantOnly, quantDropped; GPTQ's buffers),
 // and records `q` (ModuleTree::quantization). `keepFp32`: the model class's

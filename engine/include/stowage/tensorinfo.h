@@ -25,4 +25,7 @@ struct TensorInfo {
     }
 };
 
+// "[2, 3, 4]": a shape as error messages write it.
+std::string shapeText(const std::vector<int64_t>& shape);
+
 } // namespace stowage

@@ -36,11 +36,6 @@ class DeepseekV3 : public Runner {
 public:
     DeepseekV3(const ModelConfig& c, WeightStore& s) : m_store(s)
     {
-        if (auto q = c.raw().find("quantization_config"); q != c.raw().end() && q->is_object())
-            throw InputError(c.path(), "quantization_config '" + q->value("quant_method", std::string("?")) +
-                                           "': quantized (FP8 block-scaled, weight_scale_inv) DeepSeek-V3 "
-                                           "checkpoints are not run yet; plan and inspect them, or run a "
-                                           "bf16 conversion");
         m_hidden = c.positive("hidden_size");
         m_heads = c.positive("num_attention_heads");
         m_layers = c.integer("num_hidden_layers");

@@ -211,7 +211,7 @@ private:
             at::Tensor glu = gate * at::sigmoid(gate * kAlpha);
             at::Tensor w2 = m_store.expert(down, e).at(0), b2 = m_store.expert(down + "_bias", e).at(0);
             return denseInOut((up + 1) * glu, w2, as(b2, xe));
-        });
+        }, [&](int64_t e) { return m_store.expertDevice(gu, e); });
     }
 
     WeightStore& m_store;

@@ -10,9 +10,9 @@
 
 namespace stowage::arch {
 
-
 at::Tensor routedSum(const at::Tensor& x, const at::Tensor& weights, const at::Tensor& index, int64_t experts,
-                     const std::function<at::Tensor(const at::Tensor&, int64_t)>& expert)
+                     const std::function<at::Tensor(const at::Tensor&, int64_t)>& expert,
+                     const std::function<at::Device(int64_t)>& where)
 {
     const int64_t T = x.size(0), topK = index.size(1);
     // The routing is tiny ([T, k]): read on the CPU, it says which experts
@@ -46,7 +46,10 @@ at::Tensor routedSum(const at::Tensor& x, const at::Tensor& weights, const at::T
             xe = x.index_select(0, ti);
             we = weights.index({ti, at::tensor(slot, at::kLong).to(x.device())}).unsqueeze(1);
         }
-        at::Tensor y = (expert(xe, e) * we).to(out.scalar_type());
+        if (where)
+            if (const at::Device d = where(e); d != x.device())
+                xe = xe.to(d);
+        at::Tensor y = (expert(xe, e).to(x.device()) * we).to(out.scalar_type());
         out.index_add_(0, ti, y);
     }
     return out;
@@ -64,7 +67,7 @@ at::Tensor routedExperts(WeightStore& store, const std::string& experts, const a
         else // stored fused [2 x inter, hidden]: gate rows first, then up
             g2 = dense(xe, gu.at(0)).chunk(2, -1);
         return dense(siluMul(g2[0], g2[1]), store.expert(down, e).at(0));
-    });
+    }, [&](int64_t e) { return store.expertDevice(gateUp, e); });
 }
 
 at::Tensor sparseMoe(WeightStore& store, const std::string& experts, const at::Tensor& x, const at::Tensor& router,

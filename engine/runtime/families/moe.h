@@ -25,9 +25,13 @@ struct Routing {
 // expert order, `expert(x rows routed to e, e)` times each row's weight
 // (weights [T, k], the slot's column), rounded to x's dtype and added into
 // the output per token (index_add_). An expert no token picked is never
-// asked for, so its weights are never fetched.
+// asked for, so its weights are never fetched. `where` (optional; the
+// store's expertDevice) names the device an expert computes on: its rows
+// go there and its output comes back, so an expert kept in RAM beside a GPU
+// layer is multiplied in RAM.
 at::Tensor routedSum(const at::Tensor& x, const at::Tensor& weights, const at::Tensor& index, int64_t experts,
-                     const std::function<at::Tensor(const at::Tensor& xe, int64_t e)>& expert);
+                     const std::function<at::Tensor(const at::Tensor& xe, int64_t e)>& expert,
+                     const std::function<at::Device(int64_t e)>& where = {});
 
 // The sparse MoE block of transformers 5.6 (MixtralSparseMoeBlock,
 // Qwen3MoeSparseMoeBlock and their *Experts) on x [T, hidden]: router

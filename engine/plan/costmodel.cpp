@@ -73,6 +73,12 @@ double rate(double value, const std::string& what, const HardwareProfile& p)
 
 } // namespace
 
+namespace {
+CostEstimate estimateImpl(const std::vector<std::pair<Device, uint64_t>>& placement,
+                          const std::vector<std::pair<Device, uint64_t>>& onDemand, uint64_t flopsPerToken,
+                          const HardwareProfile& profile, ExecutionPolicy policy, uint64_t unitBytes, StepUnits units);
+} // namespace
+
 GpuProfile assumedGpu()
 {
     GpuProfile g;
@@ -94,14 +100,34 @@ CostEstimate estimateDecode(const std::vector<std::pair<Device, uint64_t>>& plac
                             const HardwareProfile& profile, ExecutionPolicy policy, uint64_t unitBytes,
                             StepUnits units)
 {
+    return estimateImpl(placement, {}, flopsPerToken, profile, policy, unitBytes, units);
+}
+
+namespace {
+
+// `onDemand`: bytes per device read only once a router has picked them (the
+// routed experts of a mixture of experts off the execution GPU): neither
+// prefetched nor overlapped, each copied (or, under compute-where-it-lives,
+// read in RAM) when its layer asks, then computed.
+CostEstimate estimateImpl(const std::vector<std::pair<Device, uint64_t>>& placement,
+                          const std::vector<std::pair<Device, uint64_t>>& onDemand, uint64_t flopsPerToken,
+                          const HardwareProfile& profile, ExecutionPolicy policy, uint64_t unitBytes, StepUnits units)
+{
     // Device order, duplicates merged, empty devices dropped: the planner may
     // report a device with no weights, and it costs nothing.
-    std::map<Device, uint64_t> bytesOn;
+    std::map<Device, uint64_t> bytesOn, demandOn;
     uint64_t total = 0;
     for (const auto& [device, bytes] : placement) {
         if (bytes == 0)
             continue;
         bytesOn[device] += bytes;
+        total += bytes;
+    }
+    for (const auto& [device, bytes] : onDemand) {
+        if (bytes == 0)
+            continue;
+        demandOn[device] += bytes;
+        bytesOn.emplace(device, 0); // a device for its share
         total += bytes;
     }
     CostEstimate est;
@@ -175,7 +201,7 @@ CostEstimate estimateDecode(const std::vector<std::pair<Device, uint64_t>>& plac
     uint64_t hostBytes = 0;
     for (const auto& [device, bytes] : bytesOn)
         if (device.kind != Device::Gpu)
-            hostBytes += bytes;
+            hostBytes += bytes + (demandOn.count(device) ? demandOn.at(device) : 0);
     const bool warm = profile.ramBytes > 0 && double(hostBytes) <= 0.8 * double(profile.ramBytes);
     auto diskResident = [&](double bytes, double flops) -> Cost {
         const Cost drive{bytes / rate(profile.diskReadBandwidth, "disk read bandwidth", profile), "disk read"};
@@ -195,30 +221,59 @@ CostEstimate estimateDecode(const std::vector<std::pair<Device, uint64_t>>& plac
         return c;
     };
 
+    // Routed experts off the execution GPU, once the router has picked them
+    // (the runtime's WeightStore::expert): nothing overlaps them.
+    auto demanded = [&](const Device& device, double bytes, double flops) -> Cost {
+        if (!execGpu)
+            return device.kind == Device::Disk ? diskResident(bytes, flops) : cpuCompute(bytes, flops);
+        const GpuProfile& g = gpuProfile(*execGpu);
+        if (device.kind == Device::Cpu && policy == ExecutionPolicy::ComputeWhereItLives && ramLayerRunsOnCpu(profile, g))
+            return cpuCompute(bytes, flops); // multiplied in RAM where they live
+        const bool pageable = policy == ExecutionPolicy::AccelerateLike;
+        Cost run = then({bytes / rate(pageable ? g.h2dPageable : g.h2dPinned, "host-to-device bandwidth", profile),
+                         pageable ? "PCIe pageable copy" : "PCIe pinned copy"},
+                        gpuCompute(g, bytes, flops));
+        if (device.kind == Device::Disk) {
+            const double cacheRate = profile.pageCacheReadBandwidth > 0
+                                         ? profile.pageCacheReadBandwidth
+                                         : rate(profile.ramBandwidth, "RAM bandwidth", profile) / 2;
+            run = then(warm ? Cost{bytes / cacheRate, "page-cache read"}
+                            : Cost{bytes / rate(profile.diskReadBandwidth, "disk read bandwidth", profile), "disk read"},
+                       run);
+        }
+        return run;
+    };
+
     for (const auto& [device, bytes] : bytesOn) {
         const double b = static_cast<double>(bytes);
         // Compute splits like the bytes: FLOPs per weight are about uniform.
         const double flops = static_cast<double>(flopsPerToken) * b / static_cast<double>(total);
-        Cost c;
-        switch (device.kind) {
-        case Device::Gpu:
-            // GPUs of a split map run one after another (pipeline without
-            // overlap at batch 1), so their times add; the hidden state that
-            // hops between them is kilobytes, microseconds, left out.
-            c = gpuCompute(gpuProfile(device.index), b, flops);
-            if (execGpu && device.index == *execGpu)
-                streamed.resident += c.seconds;
-            break;
-        case Device::Cpu:
-            c = ramResident(b, flops);
-            break;
-        case Device::Disk:
-            c = diskResident(b, flops);
-            break;
+        Cost c; // nothing but routed experts here when bytes is 0
+        if (bytes > 0) {
+            switch (device.kind) {
+            case Device::Gpu:
+                // GPUs of a split map run one after another (pipeline without
+                // overlap at batch 1), so their times add; the hidden state that
+                // hops between them is kilobytes, microseconds, left out.
+                c = gpuCompute(gpuProfile(device.index), b, flops);
+                if (execGpu && device.index == *execGpu)
+                    streamed.resident += c.seconds;
+                break;
+            case Device::Cpu:
+                c = ramResident(b, flops);
+                break;
+            case Device::Disk:
+                c = diskResident(b, flops);
+                break;
+            }
+        }
+        if (auto d = demandOn.find(device); d != demandOn.end()) {
+            const double db = static_cast<double>(d->second);
+            c = then(c, demanded(device, db, static_cast<double>(flopsPerToken) * db / static_cast<double>(total)));
         }
         DeviceShare share;
         share.device = device;
-        share.weightBytes = bytes;
+        share.weightBytes = bytes + (demandOn.count(device) ? demandOn.at(device) : 0);
         share.seconds = c.seconds;
         share.bottleneck = c.bottleneck;
         est.devices.push_back(share);
@@ -249,6 +304,8 @@ CostEstimate estimateDecode(const std::vector<std::pair<Device, uint64_t>>& plac
     est.tokensPerSecond = est.secondsPerToken > 0 ? 1.0 / est.secondsPerToken : 0;
     return est;
 }
+
+} // namespace
 
 CostEstimate estimateDecode(const Plan& plan, uint64_t flopsPerToken, const HardwareProfile& profile,
                             ExecutionPolicy policy, StepUnits units)
@@ -294,7 +351,11 @@ CostEstimate estimateDecode(const Plan& plan, const ModuleTree& tree, const Hard
     // A mixture of experts: a token reads k of each fused expert parameter's
     // E slices (the router's top-k), so each device costs its active bytes
     // and the FLOPs are twice the active parameters, not the total.
-    std::map<Device, double> active;
+    // Routed experts the map keeps off the GPU a layer computes on (a map
+    // with a GPU): fetched or read only once the router has picked them.
+    const bool anyGpu = std::any_of(plan.deviceMap.begin(), plan.deviceMap.end(),
+                                    [](const auto& e) { return e.second.kind == Device::Gpu; });
+    std::map<Device, double> active, demanded;
     double activeParams = 0, all = 0;
     const ModuleDevices md = moduleDevices(tree, plan.deviceMap);
     const auto& mods = tree.modules();
@@ -311,7 +372,8 @@ CostEstimate estimateDecode(const Plan& plan, const ModuleTree& tree, const Hard
                 continue;
             const double share = p.experts > 0 ? std::min(1.0, double(k) / double(p.experts)) : 1.0;
             const double bytes = double(tree.paramBytes(p));
-            active[deviceOf(p.name)] += bytes * share;
+            const Device d = deviceOf(p.name);
+            (p.experts > 0 && anyGpu && d.kind != Device::Gpu ? demanded : active)[d] += bytes * share;
             activeParams += double(p.numel()) * share;
             all += bytes;
         }
@@ -321,18 +383,21 @@ CostEstimate estimateDecode(const Plan& plan, const ModuleTree& tree, const Hard
             all += bytes;
         }
     }
-    std::vector<std::pair<Device, uint64_t>> placement;
+    std::vector<std::pair<Device, uint64_t>> placement, onDemand;
     uint64_t unit = 0;
     for (const DeviceTotal& d : plan.devices) {
         placement.emplace_back(d.device, uint64_t(active[d.device]));
+        onDemand.emplace_back(d.device, uint64_t(demanded[d.device]));
         unit = std::max(unit, d.reservedLayer);
     }
     double activeBytes = 0;
     for (const auto& [d, b] : active)
         activeBytes += b;
+    for (const auto& [d, b] : demanded)
+        activeBytes += b;
     const uint64_t activeUnit = all > 0 ? uint64_t(double(unit) * activeBytes / all) : unit;
-    return estimateDecode(placement, uint64_t(2 * activeParams), profile, policy, activeUnit,
-                          stepUnits(tree, plan.deviceMap));
+    return estimateImpl(placement, onDemand, uint64_t(2 * activeParams), profile, policy, activeUnit,
+                        stepUnits(tree, plan.deviceMap));
 }
 
 } // namespace stowage

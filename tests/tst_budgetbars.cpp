@@ -12,10 +12,13 @@
 #include "mainwindow.h"
 #include "moduletreemodel.h"
 #include "placementmap.h"
+#include "plancontrols.h"
 #include "planningpage.h"
 #include "stowage/planner.h"
 
+#include <QAction>
 #include <QHelpEvent>
+#include <QMenu>
 #include <QLabel>
 #include <QLineEdit>
 #include <QScreen>
@@ -25,6 +28,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <set>
 
 using namespace stowage;
 
@@ -35,6 +39,7 @@ private slots:
     void dragOver405bKeepsUpWithTheMouse();
     void smallBudgetDraggableAndImpossibleOnesSaid();
     void toolTipStaysInTheWindow();
+    void gpuFilledFirstOrLeftOut();
 };
 
 void TestBudgetBars::dragOver405bKeepsUpWithTheMouse()
@@ -202,6 +207,60 @@ void TestBudgetBars::toolTipStaysInTheWindow()
              qPrintable(QStringLiteral("tip %1..%2, window %3..%4")
                             .arg(tip->geometry().left()).arg(tip->geometry().right()).arg(win.left()).arg(win.right())));
     QVERIFY(tip->width() > 150); // a real tooltip, not an empty one
+}
+
+void TestBudgetBars::gpuFilledFirstOrLeftOut()
+{
+    // The demo (6.2 MiB) on two simulated GPUs of 64 MiB, planned
+    // sequentially: all of it on GPU 0, the first filled. "Fill this GPU first" on GPU 1 puts it all there;
+    // "Leave this GPU out" on GPU 1 then plans without it (its budget is not
+    // in max_memory): all on GPU 0 again, and its bar says so.
+    MainWindow w(MainWindow::Options{false, false, {}, false});
+    w.resize(1400, 900);
+    w.show();
+    QSignalSpy opened(&w, &MainWindow::checkpointOpened);
+    w.openCheckpoint(MainWindow::demoPath());
+    QTRY_VERIFY_WITH_TIMEOUT(opened.count() == 1, 20000);
+    QVERIFY(opened[0][0].toBool());
+    BudgetModel* m = w.budgetModel();
+    for (int r = m->rowCount() - 1; r >= 0; --r)
+        m->removeSimulatedGpu(r);
+    m->addSimulatedGpu("GPU", QString(), 64ull << 20);
+    m->addSimulatedGpu("GPU", QString(), 64ull << 20);
+    PlanningPage* page = w.planningPage();
+    page->controls()->setStrategy(Strategy::Sequential); // auto would balance the demo over both GPUs
+    const auto onlyDevice = [&] {
+        std::set<std::string> used;
+        for (const auto& [k, d] : page->plan()->deviceMap)
+            used.insert(d.name());
+        return used;
+    };
+    QCOMPARE(onlyDevice(), std::set<std::string>{"0"});
+    const int gpu1 = m->rowOf(Device::gpu(1));
+    BudgetBarsView* bars = page->budgetBars();
+    QMenu* menu = bars->gpuMenu(gpu1);
+    QCOMPARE(menu->actions()[0]->text(), QString("Fill this GPU first"));
+    menu->actions()[0]->trigger();
+    delete menu;
+    QCOMPARE(m->gpuOrder(), (std::vector<int>{1, 0}));
+    QCOMPARE(onlyDevice(), std::set<std::string>{"1"});
+    menu = bars->gpuMenu(gpu1);
+    QAction* leaveOut = menu->actions().last();
+    QVERIFY(leaveOut->isCheckable() && !leaveOut->isChecked());
+    leaveOut->trigger();
+    delete menu;
+    QCOMPARE(m->gpuOrder(), std::vector<int>{0});
+    for (const DeviceBudget& b : m->budgets())
+        QVERIFY(b.device != Device::gpu(1));
+    QCOMPARE(onlyDevice(), std::set<std::string>{"0"});
+    QVERIFY(!bars->bar(gpu1)->isEnabled());
+    // and back in: filled first again
+    QVERIFY(m->setExcluded(gpu1, false));
+    QCOMPARE(onlyDevice(), std::set<std::string>{"1"});
+    QVERIFY(bars->bar(gpu1)->isEnabled());
+    // the CPU row has no such menu's effect
+    QVERIFY(!m->setExcluded(m->rowOf(Device::cpu()), true));
+    QVERIFY(!m->fillFirst(m->rowOf(Device::cpu())));
 }
 
 QTEST_MAIN(TestBudgetBars)

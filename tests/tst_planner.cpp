@@ -6,6 +6,7 @@
 #include "moefixtures.h"
 #include "stowage/checkpoint.h"
 #include "stowage/error.h"
+#include "stowage/gpuorder.h"
 #include "stowage/kvcache.h"
 #include "stowage/planner.h"
 
@@ -62,6 +63,7 @@ private slots:
     void seedDistilgpt2_data();
     void seedDistilgpt2();
     void balancedTwoGpus();
+    void gpusFilledInTheOrderGiven();
     void modelForTestVectors();
     void tiedSmallModelStaysWhole();
     void sequentialOfModelForTest();
@@ -200,6 +202,48 @@ void TestPlanner::sequentialOfModelForTest()
                               std::vector<std::string>{"ModelForTest"})
                              .deviceMap)),
              QString("0:0, 1:1, 2:1"));
+}
+
+void TestPlanner::gpusFilledInTheOrderGiven()
+{
+    ModuleTree t;
+    t.addModule(-1, "", "Sequential");
+    for (const char* n : {"0", "1", "2"})
+        modelForTest(t, t.addModule(0, n, "ModelForTest"));
+    t.finish(std::nullopt);
+    PlanOptions o;
+    o.strategy = Strategy::Sequential; // the budgets as given (auto would balance them first)
+    o.maxMemory = budgets({{"0", 500}, {"1", 500}});
+    // Equal budgets: GPU 1 filled first makes sequentialOfModelForTest's map
+    // with the two GPUs' names swapped.
+    Plan p = planInGpuOrder(t, o, {1, 0});
+    QCOMPARE(QString::fromStdString(mapText(p.deviceMap)), QString("0:1, 1.linear1:1, 1.batchnorm:1, 1.linear2:0, 2:0"));
+    QCOMPARE(p.devices[0].device, Device::gpu(0)); // totals listed by index again
+    QCOMPARE(p.devices[0].used, planDeviceMap(t, o).devices[1].used);
+    QCOMPARE(p.budgets[1].device, Device::gpu(1));
+    QCOMPARE(QString::fromStdString(p.notes.back()), QString("GPUs filled in the order 1, 0 (the notes above number them "
+                                                             "in that order from 0)"));
+    // In index order it is the plain plan.
+    QCOMPARE(mapText(planInGpuOrder(t, o, {0, 1}).deviceMap), mapText(planDeviceMap(t, o).deviceMap));
+    // One ModelForTest (236 bytes): a large GPU 0 takes it all, but a GPU 1
+    // of 250 filled first takes it all too (no room kept: nothing is left).
+    ModuleTree one;
+    one.addModule(-1, "", "ModelForTest");
+    modelForTest(one, 0);
+    one.finish(std::nullopt);
+    o.maxMemory = budgets({{"0", 1000}, {"1", 250}});
+    QCOMPARE(QString::fromStdString(mapText(planDeviceMap(one, o).deviceMap)), QString("'':0"));
+    QCOMPARE(QString::fromStdString(mapText(planInGpuOrder(one, o, {1, 0}).deviceMap)), QString("'':1"));
+    // GPU 1 left out (no budget): GPUs 2 then 0.
+    o.maxMemory = budgets({{"0", 1000}, {"2", 250}});
+    QCOMPARE(QString::fromStdString(mapText(planInGpuOrder(one, o, {2, 0}).deviceMap)), QString("'':2"));
+    // An order must name every GPU with a budget once.
+    QVERIFY_THROWS_EXCEPTION(InputError, planInGpuOrder(one, o, {2}));
+    QVERIFY_THROWS_EXCEPTION(InputError, planInGpuOrder(one, o, {2, 2, 0}));
+    QVERIFY_THROWS_EXCEPTION(InputError, planInGpuOrder(one, o, {1, 0}));
+    QCOMPARE(parseGpuOrder("2,0", "--gpu-order"), (std::vector<int>{2, 0}));
+    QVERIFY_THROWS_EXCEPTION(InputError, parseGpuOrder("2,,0", "--gpu-order"));
+    QVERIFY_THROWS_EXCEPTION(InputError, parseGpuOrder("-1", "--gpu-order"));
 }
 
 void TestPlanner::balancedMemoryVectors()

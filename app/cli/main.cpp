@@ -24,6 +24,7 @@ const char* kUsage =
     "          [--dtype DT] [--no-split CLASS]... [--offload-buffers] [--kv-cache CTX[xBATCH]]\n"
     "          [--device-map FILE] [--explain] [--report FILE] [--hardware PRESET|FILE.json] [--json] [-o FILE]\n"
     "          [--context-sweep MAXCTX[xBATCH]]   memory per device as the context grows (JSON)\n"
+    "          [--gpu-order 1,0]   fill the GPUs in this order (leave one out of --max-memory to exclude it)\n"
     "  run     [PATH] [--device-map FILE | plan options] [--prompt-ids 1,2,3] [--max-new-tokens N]\n"
     "          [--greedy | --temperature T --top-k K --top-p P --seed N] [--offload-folder DIR]\n"
     "          [--prompt TEXT] [--simulate-gpus] [--policy accelerate-like|prefetch|compute-where-it-lives]\n"
@@ -34,6 +35,9 @@ const char* kUsage =
     "                                         a hardware profile for --hardware (default: this\n"
     "                                         machine, with its fixed costs per token and layer)\n"
     "  tokenize [PATH] (--text TEXT | --ids 1,2,3) [--json]\n"
+    "  shop    [PATH] --speed TOK/S [--kv-cache CTX[xBATCH]] [--gpus PRESET,...] [--max-gpus N]\n"
+    "          [--ram GIB,...] [--policy P] [--strategy S] [--price PRESET=USD]... [--dtype DT] [--json] [-o FILE]\n"
+    "                                         the cheapest GPU and RAM setups that reach a decode speed\n"
     "\n"
     "PATH is a checkpoint folder, an index .json, a .safetensors/.bin file or a\n"
     "Hub cache folder (models--org--name); without it the bundled demo is used.\n";
@@ -100,6 +104,8 @@ int main(int argc, char** argv)
             return stowage::cli::hardwareCommand(args, [] { return runPlugin("stowage_cli_fixed_costs", {"fixed-costs"}); });
         if (command == "tokenize")
             return stowage::cli::tokenizeCommand(args);
+        if (command == "shop")
+            return stowage::cli::shopCommand(args);
         std::fprintf(stderr, "stowage-cli: unknown command '%s' (try --help)\n", command.c_str());
         return 2;
     });

@@ -8,6 +8,7 @@
 #include "stowage/checkpoint.h"
 #include "stowage/costmodel.h"
 #include "stowage/error.h"
+#include "stowage/gpuorder.h"
 #include "stowage/kvcache.h"
 #include "stowage/planner.h"
 
@@ -60,7 +61,7 @@ nlohmann::ordered_json contextSweepJson(const ContextSweep& s)
 int planCommand(const std::vector<std::string>& argv)
 {
     auto valued = planValuedOptions();
-    valued.insert({"-o", "--report", "--device-map", "--hardware", "--context-sweep"});
+    valued.insert({"-o", "--report", "--device-map", "--hardware", "--context-sweep", "--gpu-order"});
     auto flags = planFlagOptions();
     flags.insert({"--json", "--explain"});
     Args a(argv, valued, flags);
@@ -93,7 +94,8 @@ int planCommand(const std::vector<std::string>& argv)
         }
         plan = planFromDeviceMap(tree, map, "given in " + *mapFile);
     } else {
-        plan = planDeviceMap(tree, o);
+        const auto order = a.value("--gpu-order");
+        plan = order ? planInGpuOrder(tree, o, parseGpuOrder(*order, "--gpu-order " + *order)) : planDeviceMap(tree, o);
     }
     if (!plan.refusal.empty())
         warnings.push_back(plan.refusal);

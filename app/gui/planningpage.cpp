@@ -11,8 +11,10 @@
 #include "plancontrols.h"
 #include "predictionmodel.h"
 #include "sharebardelegate.h"
+#include "shoppanel.h"
 #include "snippets.h"
 #include "tintedbanner.h"
+#include "stowage/gpuorder.h"
 #include "stowage/kvcache.h"
 #include "stowage/moduledevices.h"
 #include "stowage/placementlayout.h"
@@ -123,6 +125,16 @@ PlanningPage::PlanningPage(ModuleTreeModel* treeModel, QWidget* parent) : QWidge
     m_context = new ContextChart(m_outlook);
     m_context->setObjectName("contextChart");
     m_outlook->addTab(m_context, tr("Context growth"));
+    m_shop = new ShopPanel(m_outlook);
+    m_outlook->addTab(m_shop, tr("Hardware to buy"));
+    // One click: the budget bars get the setup's GPUs as simulated ones.
+    connect(m_shop, &ShopPanel::openSetup, this, [this](const QString& preset, int count) {
+        const HardwareProfile p = hardwarePreset(preset.toStdString());
+        for (int r = m_budgets->rowCount() - 1; r >= 0; --r)
+            m_budgets->removeSimulatedGpu(r); // false for this machine's devices
+        for (int i = 0; i < count; ++i)
+            m_budgets->addSimulatedGpu(QString::fromStdString(p.gpus.front().name), preset, p.gpus.front().memoryBytes);
+    });
     splitter->addWidget(m_outlook);
     auto* mapBox = new QGroupBox(tr("Device map"), splitter);
     auto* ml = new QVBoxLayout(mapBox);
@@ -266,6 +278,7 @@ void PlanningPage::resize()
         m_tree = std::move(t);
     }
     m_treeModel->setTree(m_tree);
+    m_shop->setModel(m_tree, m_config);
 }
 
 bool PlanningPage::quantAppliedOnTarget() const
@@ -318,8 +331,12 @@ void PlanningPage::replan()
         if (!m_kv)
             kvProblem = tr("KV cache: Stowage does not know the attention shape of this model type; planned without it.");
     }
+    if (const auto kv = m_controls->kvCache())
+        m_shop->setKvCache(kv->first, kv->second);
+    else
+        m_shop->setKvCache(0, 1);
     try {
-        applyPlan(planDeviceMap(*m_tree, options()));
+        applyPlan(planInGpuOrder(*m_tree, options(), m_budgets->gpuOrder()));
     } catch (const std::exception& e) {
         // Impossible options: say why and keep the last good plan on screen.
         setError(tr("Cannot plan: %1").arg(QString::fromStdString(e.what())));

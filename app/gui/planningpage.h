@@ -37,6 +37,7 @@ class ModuleTreeModel;
 class PlacementMap;
 class PlanControls;
 class PredictionModel;
+class ShopPanel;
 struct SnippetInput;
 
 // What the Run page runs, handed over by the planning page as one value: the
@@ -74,6 +75,7 @@ public:
     PlanControls* controls() const { return m_controls; }
     PlacementMap* placementMap() const { return m_placement; }
     ContextChart* contextChart() const { return m_context; }
+    ShopPanel* shopPanel() const { return m_shop; }
     QTabWidget* outlookTabs() const { return m_outlook; }
     DeviceMapModel* deviceMapModel() const { return m_mapModel; }
     PredictionModel* predictionModel() const { return m_prediction; }
@@ -127,6 +129,7 @@ private:
     PlanControls* m_controls = nullptr;
     PlacementMap* m_placement = nullptr;
     ContextChart* m_context = nullptr;
+    ShopPanel* m_shop = nullptr;
     QTabWidget* m_outlook = nullptr;
     DeviceMapModel* m_mapModel = nullptr;
     PredictionModel* m_prediction = nullptr;

@@ -6,12 +6,14 @@
 #include "plancontrols.h"
 #include "runcharts.h"
 #include "runpage.h"
+#include "shoppanel.h"
 #include "rundata.h"
 #include "stowage/costmodel.h"
 #include "stowage/kvcache.h"
 
 #include <QRegularExpression>
 #include <QCommandLineParser>
+#include <QDoubleSpinBox>
 #include <QEventLoop>
 #include <QPixmap>
 #include <QTabWidget>
@@ -38,7 +40,8 @@ void addPlanOptions(QCommandLineParser& p)
     p.addOption({"prompt", "Prompt for --run-tokens (default: the run page's).", "TEXT"});
     p.addOption({"policy", "Execution policy for --run-tokens: accelerate-like, prefetch, compute-where-it-lives.", "POLICY"});
     p.addOption({"offload-folder", "Offload folder for --run-tokens.", "DIR"});
-    p.addOption({"plan-view", "The Plan page's lower tab to capture: speed (default) or context.", "VIEW"});
+    p.addOption({"plan-view", "The Plan page's lower tab to capture: speed (default), context or shop.", "VIEW"});
+    p.addOption({"shop-speed", "With --plan-view shop: the decode speed to reach, tok/s (default 20).", "TOKS"});
     p.addOption({"run-view", "With --run-tokens: the tab to capture, graphs (default) or timeline.", "VIEW"});
     p.addOption({"throttle", "With --run-tokens: simulated GPUs copy at their preset's PCIe speed."});
 }
@@ -95,9 +98,17 @@ QString applyPlanOptions(MainWindow& w, const QCommandLineParser& p)
         page->controls()->setNoSplit(p.values("no-split").join(QLatin1Char(',')));
     if (p.isSet("plan-view")) {
         const QString v = p.value("plan-view");
-        if (v != QLatin1String("speed") && v != QLatin1String("context"))
-            return QStringLiteral("--plan-view %1: expected speed or context").arg(v);
-        page->outlookTabs()->setCurrentIndex(v == QLatin1String("context") ? 1 : 0);
+        if (v != QLatin1String("speed") && v != QLatin1String("context") && v != QLatin1String("shop"))
+            return QStringLiteral("--plan-view %1: expected speed, context or shop").arg(v);
+        if (p.isSet("shop-speed")) {
+            bool ok = false;
+            const double speed = p.value("shop-speed").toDouble(&ok);
+            if (!ok || speed <= 0)
+                return QStringLiteral("--shop-speed %1: expected a positive number of tokens per second")
+                    .arg(p.value("shop-speed"));
+            page->shopPanel()->speedBox()->setValue(speed);
+        }
+        page->outlookTabs()->setCurrentIndex(v == QLatin1String("context") ? 1 : v == QLatin1String("shop") ? 2 : 0);
     }
     return {};
 }
@@ -209,6 +220,12 @@ int renderScreenshot(MainWindow& w, const QString& path, const QString& file, co
     if (p.isSet("run-tokens")) {
         if (const int code = runForScreenshot(w, p); code != 0)
             return code;
+    }
+    if (ShopPanel* shop = w.planningPage()->shopPanel(); shop->isVisible() && (shop->searching() || shop->setups().empty())) {
+        QEventLoop searched; // the shop tab: its search for the inputs on screen
+        QObject::connect(shop, &ShopPanel::searched, &searched, &QEventLoop::quit);
+        QTimer::singleShot(120000, &searched, &QEventLoop::quit); // hang guard
+        searched.exec();
     }
     // Let layouts settle and the views paint once.
     for (int i = 0; i < 5; ++i) {

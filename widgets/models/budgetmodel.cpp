@@ -10,7 +10,7 @@ bool BudgetDevice::operator==(const BudgetDevice& o) const
 {
     return device == o.device && hardware == o.hardware && preset == o.preset && simulated == o.simulated &&
            capacity == o.capacity && free == o.free && budget == o.budget && used == o.used &&
-           reserved == o.reserved && kvReserved == o.kvReserved;
+           reserved == o.reserved && kvReserved == o.kvReserved && excluded == o.excluded && fillRank == o.fillRank;
 }
 
 BudgetModel::BudgetModel(QObject* parent) : QAbstractTableModel(parent) {}
@@ -148,9 +148,56 @@ Budgets BudgetModel::budgets() const
 {
     Budgets b;
     for (const BudgetDevice& d : m_rows)
-        if (d.device.kind != Device::Disk)
+        if (d.device.kind != Device::Disk && !d.excluded)
             b.push_back({d.device, double(d.budget)});
     return b;
+}
+
+bool BudgetModel::setExcluded(int row, bool excluded)
+{
+    if (row < 0 || row >= m_rows.size() || m_rows[row].device.kind != Device::Gpu || m_rows[row].excluded == excluded)
+        return false;
+    m_rows[row].excluded = excluded;
+    emit dataChanged(index(row, 0), index(row, ColumnCount - 1), {ExcludedRole, ProblemRole});
+    emit budgetsChanged();
+    return true;
+}
+
+bool BudgetModel::fillFirst(int row)
+{
+    if (row < 0 || row >= m_rows.size() || m_rows[row].device.kind != Device::Gpu)
+        return false;
+    int lowest = 0;
+    for (const BudgetDevice& d : m_rows)
+        lowest = std::min(lowest, d.fillRank);
+    m_rows[row].fillRank = lowest - 1;
+    emit budgetsChanged();
+    return true;
+}
+
+bool BudgetModel::fillLast(int row)
+{
+    if (row < 0 || row >= m_rows.size() || m_rows[row].device.kind != Device::Gpu)
+        return false;
+    int highest = 0;
+    for (const BudgetDevice& d : m_rows)
+        highest = std::max(highest, d.fillRank);
+    m_rows[row].fillRank = highest + 1;
+    emit budgetsChanged();
+    return true;
+}
+
+std::vector<int> BudgetModel::gpuOrder() const
+{
+    std::vector<std::pair<int, int>> ranked; // (rank, index)
+    for (const BudgetDevice& d : m_rows)
+        if (d.device.kind == Device::Gpu && !d.excluded)
+            ranked.push_back({d.fillRank, d.device.index});
+    std::sort(ranked.begin(), ranked.end());
+    std::vector<int> out;
+    for (const auto& [rank, index] : ranked)
+        out.push_back(index);
+    return out;
 }
 
 QString BudgetModel::problem(int row) const
@@ -212,6 +259,7 @@ QVariant BudgetModel::data(const QModelIndex& index, int role) const
     case ScaleRole: return QVariant::fromValue<quint64>(scaleOf(d));
     case OverBudgetRole: return overBudget;
     case ProblemRole: return problem(index.row());
+    case ExcludedRole: return d.excluded;
     case Qt::DecorationRole:
         return index.column() == DeviceColumn ? QVariant(deviceColor(d.device)) : QVariant();
     case Qt::EditRole:

@@ -25,6 +25,10 @@ struct BudgetDevice {
     quint64 used = 0;      // weights placed there
     quint64 reserved = 0;  // kept free for the largest layer and the KV cache
     quint64 kvReserved = 0;// the KV-cache part of `reserved`
+    // GPUs only: left out of the plan (no budget given), and the rank in
+    // which GPUs are filled (lower first; ties by index).
+    bool excluded = false;
+    int fillRank = 0;
     bool operator==(const BudgetDevice& o) const;
 };
 
@@ -45,6 +49,7 @@ public:
         ScaleRole, // the full width of the row's bar, in bytes
         OverBudgetRole,
         ProblemRole, // QString: problem(row), empty when none
+        ExcludedRole,
     };
 
     explicit BudgetModel(QObject* parent = nullptr);
@@ -74,7 +79,15 @@ public:
     int simulatedGpuCount() const;
     // max_memory for the planner: GPUs and the CPU (the planner keeps the
     // disk unlimited, as Accelerate does; the disk row only warns).
+    // Excluded GPUs are left out.
     Budgets budgets() const;
+    // A GPU left out of the plan, or back in; false for other rows or no change.
+    bool setExcluded(int row, bool excluded);
+    // The GPU filled before (after) every other; false for other rows.
+    bool fillFirst(int row);
+    bool fillLast(int row);
+    // The planned GPUs' indices in the order they are filled (gpuorder.h).
+    std::vector<int> gpuOrder() const;
     // Why a row's budget cannot be what the user meant, in words for the
     // bar; empty when it can. (Drag steps and the bar's scale: budgetscale.h.)
     QString problem(int row) const;

@@ -133,6 +133,14 @@ void BudgetBarsView::rebuild()
                 QMetaObject::invokeMethod(this, [this, row] { m_model->removeSimulatedGpu(row); }, Qt::QueuedConnection);
             });
         }
+        if (m_model->at(i).device.kind == Device::Gpu) {
+            // Which GPU fills first, and leaving one out (a display GPU, a
+            // small card beside a large one): on the bar's context menu.
+            r.bar->setContextMenuPolicy(Qt::CustomContextMenu);
+            connect(r.bar, &QWidget::customContextMenuRequested, this, [this, bar = r.bar](const QPoint& at) {
+                gpuMenu(bar->row())->popup(bar->mapToGlobal(at));
+            });
+        }
         connect(r.edit, &QLineEdit::editingFinished, this, [this, bar = r.bar] { applyText(bar->row()); });
         connect(r.edit, &QLineEdit::textEdited, this, [this, bar = r.bar] {
             // Say at once whether it parses, and why not; apply on Return or leaving the field.
@@ -167,7 +175,10 @@ void BudgetBarsView::refreshRow(int row)
     Row& r = m_rows[row];
     const QString hw = d.simulated ? tr("%1 · simulated").arg(d.hardware.toHtmlEscaped()) : d.hardware.toHtmlEscaped();
     r.label->setText(QStringLiteral("<span style='color:%1'>■</span> <b>%2</b><br><small>%3</small>")
-                         .arg(deviceColor(d.device).name(), deviceLabel(d.device), hw));
+                         .arg(deviceColor(d.device).name(), deviceLabel(d.device),
+                              d.excluded ? tr("%1 · left out").arg(hw) : hw));
+    r.bar->setEnabled(!d.excluded);
+    r.edit->setEnabled(!d.excluded);
     r.bar->setAccessibleName(tr("%1 budget").arg(deviceLabel(d.device)));
     r.bar->update();
     // A field being typed into keeps its text until the user applies it.
@@ -180,6 +191,24 @@ void BudgetBarsView::refreshRow(int row)
         }
     }
     showProblem(row);
+}
+
+QMenu* BudgetBarsView::gpuMenu(int row)
+{
+    auto* menu = new QMenu(this);
+    menu->setAttribute(Qt::WA_DeleteOnClose);
+    menu->setObjectName("gpuMenu");
+    const bool out = m_model->at(row).excluded;
+    QAction* first = menu->addAction(tr("Fill this GPU first"), this, [this, row] { m_model->fillFirst(row); });
+    QAction* last = menu->addAction(tr("Fill this GPU last"), this, [this, row] { m_model->fillLast(row); });
+    first->setEnabled(!out);
+    last->setEnabled(!out);
+    menu->addSeparator();
+    QAction* exclude = menu->addAction(tr("Leave this GPU out of the plan"), this,
+                                       [this, row](bool checked) { m_model->setExcluded(row, checked); });
+    exclude->setCheckable(true);
+    exclude->setChecked(out);
+    return menu;
 }
 
 void BudgetBarsView::showProblem(int row)

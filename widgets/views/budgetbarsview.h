@@ -9,6 +9,7 @@
 
 class QGridLayout;
 class QLabel;
+class QMenu;
 class QLineEdit;
 class QToolButton;
 
@@ -29,6 +30,8 @@ public:
     QToolButton* addGpuButton() const { return m_add; }
     // Adds a simulated GPU of a preset ("h100-80gb"); false for an unknown name.
     bool addPresetGpu(const QString& preset);
+    // The context menu of a GPU row's bar: fill it first or last, leave it out.
+    QMenu* gpuMenu(int row);
 
 signals:
     // The user asked for a simulated GPU of a size they will type.

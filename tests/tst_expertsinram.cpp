@@ -10,6 +10,7 @@
 #include "stowage/hardware.h"
 #include "stowage/error.h"
 #include "stowage/kvcache.h"
+#include "stowage/placementlayout.h"
 #include "stowage/planner.h"
 
 #include <QtTest>
@@ -112,6 +113,30 @@ private slots:
         const auto j = nlohmann::json::parse(deviceMapToJson(p.deviceMap));
         QCOMPARE(j["model.layers.2.mlp.experts"], nlohmann::json("cpu"));
         QCOMPARE(j["model.layers.2.self_attn"], nlohmann::json(0));
+
+        // The placement strip: layer 0 whole on GPU 0 (its experts hatched
+        // inside it); layers 1-3 each as their dense part on GPU 0 (51,712)
+        // and then their routed experts in RAM (786,432), each in its
+        // device's colour, so GPU 0's run and the RAM's alternate.
+        const PlacementLayout l = layoutPlacement(m_tree, moduleDevices(m_tree, p.deviceMap));
+        std::vector<std::string> blocks;
+        for (const PlacementBlock& b : l.blocks)
+            blocks.push_back(m_tree.modules()[size_t(b.module)].name + ":" + deviceFromCode(b.deviceCode).name() + ":" +
+                             std::to_string(b.bytes) + ":" + std::to_string(b.expertBytes));
+        std::vector<std::string> want{"model.embed_tokens:0:256000:0", "model.layers.0:0:838144:786432"};
+        for (int i = 1; i <= 3; ++i) {
+            want.push_back("model.layers." + std::to_string(i) + ":0:51712:0");
+            want.push_back("model.layers." + std::to_string(i) + ".mlp.experts:cpu:786432:786432");
+        }
+        for (const char* tail : {"model.norm:0:256:0", "model.rotary_emb:0:64:0", "lm_head:0:256000:0"})
+            want.push_back(tail);
+        QCOMPARE(blocks, want);
+        QCOMPARE(l.totalBytes, m_tree.root().bytes);
+        QCOMPARE(int(l.runs.size()), 7); // GPU, then RAM and GPU by turns, the head's GPU run last
+        // a module inside a split layer finds its block: attention the dense part, the experts theirs
+        QCOMPARE(l.blocksOf(m_tree, m_tree.find("model.layers.2.self_attn")), std::vector<int>{4});
+        QCOMPARE(l.blocksOf(m_tree, m_tree.find("model.layers.2.mlp.experts")), std::vector<int>{5});
+        QCOMPARE(l.blocksOf(m_tree, m_tree.find("model.layers.2")), (std::vector<int>{4, 5}));
     }
 
     void spillsToRamThenDisk()

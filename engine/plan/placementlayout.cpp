@@ -1,6 +1,7 @@
 #include "stowage/placementlayout.h"
 
 #include <algorithm>
+#include <optional>
 
 namespace stowage {
 
@@ -42,15 +43,51 @@ uint64_t expertBytesIn(const ModuleTree& tree, int i)
     }
     return b;
 }
+// A layer split by experts_in_ram (or a user's map) into its routed experts
+// on one device and everything else on another: those two codes, else nullopt.
+struct ExpertSplit {
+    int dense = NoDeviceCode, experts = NoDeviceCode;
+    std::vector<int> expertModules;
+};
+std::optional<ExpertSplit> expertSplit(const ModuleTree& tree, const ModuleDevices& devices, int i)
+{
+    const auto& mods = tree.modules();
+    ExpertSplit out;
+    bool dense = false, experts = false;
+    const auto agree = [](int& code, bool& seen, int c) {
+        if (seen && code != c)
+            return false;
+        code = c;
+        seen = true;
+        return true;
+    };
+    for (int j = i; j < mods[size_t(i)].end;) {
+        const Module& m = mods[size_t(j)];
+        const int code = devices.code[size_t(j)];
+        if (isRoutedExperts(m)) {
+            if (m.bytes > 0 && (code == MixedCode || !agree(out.experts, experts, code)))
+                return std::nullopt;
+            out.expertModules.push_back(j);
+            j = m.end;
+            continue;
+        }
+        if (directBytes(tree, m) > 0 && (code == MixedCode || !agree(out.dense, dense, code)))
+            return std::nullopt; // its own tensors on a device of their own, or not known
+        ++j;
+    }
+    if (!dense || !experts || out.dense == out.experts)
+        return std::nullopt;
+    return out;
+}
 } // namespace
 
 PlacementLayout layoutPlacement(const ModuleTree& tree, const ModuleDevices& devices)
 {
     PlacementLayout out;
     const auto& mods = tree.modules();
-    auto add = [&](int module, bool direct, uint64_t bytes) {
+    auto add = [&](int module, bool direct, uint64_t bytes) -> PlacementBlock* {
         if (bytes == 0)
-            return;
+            return nullptr;
         PlacementBlock b;
         b.module = module;
         b.direct = direct;
@@ -64,6 +101,7 @@ PlacementLayout layoutPlacement(const ModuleTree& tree, const ModuleDevices& dev
             b.deviceCode = NoDeviceCode; // its children split, its own tensors are not known here
         out.totalBytes += bytes;
         out.blocks.push_back(b);
+        return &out.blocks.back();
     };
     // Pre-order walk with an explicit stack (definition order).
     std::vector<int> stack{0};
@@ -72,7 +110,22 @@ PlacementLayout layoutPlacement(const ModuleTree& tree, const ModuleDevices& dev
         stack.pop_back();
         const Module& m = mods[static_cast<size_t>(i)];
         if (m.children.empty() || isNoSplit(tree, m)) {
-            add(i, false, m.bytes);
+            // A layer whose routed experts sit on another device than the
+            // rest of it (experts_in_ram): two blocks, each in its device's
+            // colour, the experts' after the rest.
+            const auto split = devices.code.empty() || devices.code[size_t(i)] != MixedCode
+                                   ? std::nullopt
+                                   : expertSplit(tree, devices, i);
+            if (!split) {
+                add(i, false, m.bytes);
+                continue;
+            }
+            if (PlacementBlock* dense = add(i, false, m.bytes - expertBytesIn(tree, i))) {
+                dense->deviceCode = split->dense;
+                dense->expertBytes = 0;
+            }
+            for (int e : split->expertModules)
+                add(e, false, mods[size_t(e)].bytes);
             continue;
         }
         add(i, true, directBytes(tree, m));
@@ -104,13 +157,21 @@ std::vector<int> PlacementLayout::blocksOf(const ModuleTree& tree, int module) c
     if (module < 0 || module >= static_cast<int>(tree.modules().size()))
         return out;
     const Module& m = tree.modules()[static_cast<size_t>(module)];
+    // The blocks inside the subtree (pre-order range); without any, the
+    // block of an ancestor that contains the module (the deepest: a layer
+    // split into its dense part and its experts has two).
+    int ancestor = -1;
     for (size_t b = 0; b < blocks.size(); ++b) {
         const int bm = blocks[b].module;
-        // Inside the subtree (pre-order range), or an ancestor block that contains the module.
         const Module& owner = tree.modules()[static_cast<size_t>(bm)];
-        if ((bm >= module && bm < m.end) || (module > bm && module < owner.end && !blocks[b].direct))
+        if (bm >= module && bm < m.end)
             out.push_back(static_cast<int>(b));
+        else if (module > bm && module < owner.end && !blocks[b].direct &&
+                 (ancestor < 0 || bm > blocks[size_t(ancestor)].module))
+            ancestor = static_cast<int>(b);
     }
+    if (out.empty() && ancestor >= 0)
+        out.push_back(ancestor);
     return out;
 }
 

@@ -32,7 +32,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import bench_predict as bp  # noqa: E402  (cpu_line, cli, simulated_gpu_profile, ROOT's st_io)
 
-POLICIES = ["accelerate-like", "prefetch"]
+POLICIES = ["accelerate-like", "prefetch", "compute-where-it-lives"]
 
 
 def write_moe(folder, family):

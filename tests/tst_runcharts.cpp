@@ -81,6 +81,7 @@ private slots:
     void diskInPlaceShowsBytesReadPerPass();
     void chartsFollowDarkPalette();
     void tintsFollowDarkPalette();
+    void headroomAlarm();
 };
 
 void TestRunCharts::axisTicks_data()
@@ -224,6 +225,26 @@ void TestRunCharts::tintsFollowDarkPalette()
     const QColor t = tintFor(dark, QColor(0xdef0d8));
     QVERIFY2(std::abs(t.red() - 82) <= 1 && t.lightnessF() < 0.4, qPrintable(t.name()));
     QVERIFY(tintStyle(dark, QColor(0xdef0d8)).contains("color: #e6e6e6"));
+}
+
+void TestRunCharts::headroomAlarm()
+{
+    // GPU 0 (simulated) with 4 MiB, RAM with 16 GiB, the disk unlimited.
+    SamplesModel m;
+    m.setBudgets({{"0", 4ull << 20}, {"cpu", 16ull << 30}, {"disk", 100ull << 30}});
+    m.setDeviceLabel("0", "GPU 0 (simulated)");
+    RunSample s;
+    // 3.7 MiB of 4: 92.5%, below 95%: no alarm; the disk never alarms.
+    s.resident = {{"0", 3'879'731}, {"cpu", 1ull << 30}, {"disk", 200ull << 30}};
+    QCOMPARE(m.headroomAlarm(s), QString());
+    // 3.9 MiB: 97.5%, floored to 97.
+    s.resident[0].second = 4'089'446;
+    QCOMPARE(m.headroomAlarm(s),
+             QString("GPU 0 (simulated) holds 97% of its budget (3.90 MiB of 4.00 MiB): a longer context may not fit."));
+    // RAM past its budget (17 of 16 GiB) is the nearer to running out: it is the one said.
+    s.resident[1].second = 17ull << 30;
+    QCOMPARE(m.headroomAlarm(s),
+             QString("CPU holds 17.00 GiB, past its 16.00 GiB budget: the room kept for other programs is in use."));
 }
 
 QTEST_MAIN(TestRunCharts)

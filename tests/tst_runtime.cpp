@@ -5,6 +5,7 @@
 #include "stowage/checkpoint.h"
 #include "stowage/error.h"
 #include "stowage/generate.h"
+#include "stowage/kvcache.h"
 #include "stowage/model.h"
 #include "stowage/session.h"
 
@@ -136,6 +137,7 @@ private slots:
     void convertedDiskWeightsGoThroughTheOffloadFolder();
     void offloadFolderInterchangesWithAccelerate();
     void simulatedGpuBudgetIsEnforced();
+    void contextRunsOutWherePredicted();
     void cancelReleasesEverything();
     void fullDiskLeavesNoCompleteLookingFolder();
     void loadAddsNoMoreThanTheWeights();
@@ -269,6 +271,78 @@ void TestRuntime::simulatedGpuBudgetIsEnforced()
     auto m = Model::load(ck, tree, o);
     QCOMPARE(m->forward({1, 2}).size(), size_t(97));
     QVERIFY(m->deviceDescriptions()[1].find("simulated") != std::string::npos);
+}
+
+void TestRuntime::contextRunsOutWherePredicted()
+{
+    // A Llama (vocab 100, hidden 64, 4 layers, 2 KV heads of 16, fp32) all on
+    // a simulated GPU whose budget the context sweep says a 1,000-token
+    // prompt fills: the weights, the KV cache of 1,000 positions (1,024
+    // bytes each) and the activation room of a 1,000-token pass. Prompts of
+    // growing length run until one fails: the first that does is within one
+    // KV block (the buffers grow by an eighth of what they hold, 125
+    // positions here) of the predicted 1,001, says which device and why, and
+    // leaves the model usable.
+    const std::string d = path("llama-context");
+    fs::create_directories(d);
+    const fixtures::LlamaShape s{100, 64, 128, 4, 4, 2, true};
+    fixtures::writeRandomSafetensors(d + "/model.safetensors", fixtures::llamaTensors(s, DType::F32), 3);
+    nlohmann::json c = fixtures::llamaConfig(s, DType::F32);
+    c["max_position_embeddings"] = 4096;
+    fixtures::writeJson(d + "/config.json", c);
+    Checkpoint ck = Checkpoint::open(d);
+    ModuleTree tree = buildModuleTree(ck, DType::F32);
+    const DeviceMap map{{"", dev("0")}};
+    const uint64_t budget = deviceBytesAtContext(*ck.config(), tree, map, dev("0"), 1000, 1, false);
+    const ContextSweep sweep = sweepContext(*ck.config(), tree, map, {{dev("0"), double(budget)}}, 1, 4096);
+    QCOMPARE(sweep.devices[0].runsOutAt, std::optional<int64_t>(1001));
+
+    LoadOptions o;
+    o.deviceMap = map;
+    o.simulateGpus = true;
+    o.gpuBudgets = {{dev("0"), double(budget)}};
+    auto model = Model::load(ck, tree, o);
+    const auto prompt = [](int n) {
+        std::vector<int32_t> ids(static_cast<size_t>(n), 0);
+        for (int i = 0; i < n; ++i)
+            ids[size_t(i)] = int32_t(1 + i % 97);
+        return ids;
+    };
+    const auto fits = [&](int n) {
+        model->resetCache();
+        try {
+            model->forward(prompt(n));
+            return true;
+        } catch (const InputError& e) {
+            const QString what = e.what();
+            if (!what.startsWith("device 0: out of memory while placing") || !what.contains("at a context of " + QString::number(n)))
+                qWarning("unexpected message: %s", e.what());
+            return false;
+        }
+    };
+    QVERIFY(fits(1));
+    QVERIFY(!fits(2000));
+    int lo = 1, hi = 2000; // fits(lo), !fits(hi)
+    while (hi - lo > 1) {
+        const int mid = (lo + hi) / 2;
+        (fits(mid) ? lo : hi) = mid;
+    }
+    QVERIFY2(hi <= 1001 && hi >= 1001 - 125, qPrintable(QString("first failing prompt: %1 tokens").arg(hi)));
+    // The message names the device and what outgrew it.
+    try {
+        model->resetCache();
+        model->forward(prompt(hi));
+        QFAIL("no error");
+    } catch (const InputError& e) {
+        QVERIFY2(QString(e.what()).startsWith("device 0: out of memory while placing") &&
+                     QString(e.what()).contains(QString("at a context of %1 tokens").arg(hi)),
+                 e.what());
+    }
+    // Nothing lost: the same model answers a short prompt as before.
+    model->resetCache();
+    const std::vector<float> again = model->forward(prompt(8));
+    auto fresh = Model::load(ck, tree, o);
+    QCOMPARE(again, fresh->forward(prompt(8)));
 }
 
 void TestRuntime::cancelReleasesEverything()
@@ -413,8 +487,10 @@ void TestRuntime::telemetryRecordsTraffic()
     // the transformer's weights were copied to the execution device (GPU 0)
     QVERIFY(t.h2dBytes() >= tree.modules()[size_t(tree.find("transformer"))].bytes);
     QVERIFY(t.peak().at("0") > 0);
-    // every fetched copy was released after its unit ran
-    QCOMPARE(t.resident().at("0"), uint64_t(0));
+    // every fetched copy was released after its unit ran; what stays is the
+    // KV cache of the three layers that computed there: 3 x keys and values
+    // x 16 positions (the buffers' first block) x 16 x 4 bytes = 6,144
+    QCOMPARE(t.resident().at("0"), uint64_t(6'144));
     bool fetched = false;
     for (const auto& e : t.trace())
         fetched = fetched || (e.kind == TraceKind::Fetch && e.tensor == "transformer.h.0.attn.c_attn.weight" &&
@@ -503,6 +579,11 @@ void TestRuntime::prefetchRunsAheadOnlyWithRoom()
     const Checkpoint& ck = g.ck;
     const ModuleTree& tree = g.tree;
     const uint64_t resident = g.resident, layer = g.layer;
+    // Beside the weights GPU 0 holds, during the prompt's pass, its
+    // activation room (kvcache.h: 3 tokens x max(4 x 16, 3 x 16) x 4 bytes
+    // + 97 float logits = 1,156), and after it the six layers' KV caches
+    // (6 x 2 x 16 positions x 16 x 4 = 12,288).
+    const uint64_t act = 3 * 64 * 4 + 97 * 4, kv = 6 * 2 * 16 * 16 * 4;
     LoadOptions o = g.options;
     uint64_t afterwards = 0; // on GPU 0 once the generation is over: nothing stays fetched ahead
     auto peakWith = [&](const LoadOptions& lo, std::vector<float>* logits) {
@@ -518,13 +599,15 @@ void TestRuntime::prefetchRunsAheadOnlyWithRoom()
     };
     std::vector<float> oneAhead, farAhead, cpu;
     const uint64_t noRoomKnown = peakWith(o, &oneAhead);
-    QCOMPARE(afterwards, resident);
-    QVERIFY2(noRoomKnown >= resident + layer && noRoomKnown <= resident + 2 * layer,
+    QCOMPARE(afterwards, resident + kv);
+    QVERIFY2(noRoomKnown >= resident + act + layer && noRoomKnown <= resident + act + 2 * layer,
              qPrintable(QString("peak %1: resident %2, a layer %3").arg(noRoomKnown).arg(resident).arg(layer)));
     o.gpuBudgets = {{dev("0"), uint64_t(4) << 30}}; // room: half of it, less 256 MiB, may go to units ahead
     const uint64_t withRoom = peakWith(o, &farAhead);
-    QCOMPARE(afterwards, resident);
-    QVERIFY2(withRoom == resident + 6 * layer,
+    QCOMPARE(afterwards, resident + kv);
+    // all six layers ahead during the pass, or again for a next token once
+    // the pass's caches are counted (and before its activation room is given back)
+    QVERIFY2(withRoom == resident + act + 6 * layer || withRoom == resident + act + kv + 6 * layer,
              qPrintable(QString("peak %1: resident %2, a layer %3").arg(withRoom).arg(resident).arg(layer)));
     LoadOptions onCpu;
     onCpu.deviceMap = {{"", dev("cpu")}};
@@ -559,7 +642,8 @@ void TestRuntime::settleWaitsForTheFetchUnderWay()
                  "the pass after settle() waited for the layer fetched before it");
     m->idle();
     const auto held = m->telemetry().resident();
-    QCOMPARE(held.count("0") ? held.at("0") : uint64_t(0), g.resident);
+    // the weights, and the two layers' KV caches (2 x 2 x 16 positions x 16 x 4 = 4,096)
+    QCOMPARE(held.count("0") ? held.at("0") : uint64_t(0), g.resident + 4'096);
 }
 
 // stowage-cli run and the worker open the checkpoint to check their options

@@ -84,6 +84,13 @@ RunPage::RunPage(PlanningPage* planning, const QString& program, QWidget* parent
     followPalette(m_messageBar, [this](const QPalette& p) { return messageBarStyle(p); });
     connect(close, &QToolButton::clicked, m_messageBar, &QWidget::hide);
     layout->addWidget(m_messageBar);
+    // The headroom alarm: a device near or past its budget while a run goes.
+    m_headroom = new QLabel(this);
+    m_headroom->setObjectName("headroomAlarm");
+    m_headroom->setWordWrap(true);
+    followPalette(m_headroom, [](const QPalette& p) { return bannerStyle(p, QStringLiteral("QLabel"), errorTint(), errorInk()); });
+    m_headroom->hide();
+    layout->addWidget(m_headroom);
 
     auto* split = new QSplitter(Qt::Horizontal, this);
     split->setObjectName("runSplitter");
@@ -129,6 +136,11 @@ RunPage::RunPage(PlanningPage* planning, const QString& program, QWidget* parent
     });
     connect(c, &RunController::loaded, this, &RunPage::onLoaded);
     connect(c, &RunController::sampleAvailable, m_samples, &SamplesModel::addSample);
+    connect(c, &RunController::sampleAvailable, this, [this](const RunSample& s) {
+        const QString alarm = m_samples->headroomAlarm(s);
+        m_headroom->setText(alarm);
+        m_headroom->setVisible(!alarm.isEmpty());
+    });
     connect(c, &RunController::traceAvailable, this, &RunPage::onTrace);
     connect(c, &RunController::tokenAvailable, this, &RunPage::onToken);
     connect(c, &RunController::done, this, &RunPage::onDone);
@@ -526,6 +538,7 @@ void RunPage::dispatch()
     m_predicted->clear();
     m_loadedBytes.clear();
     m_messageBar->hide();
+    m_headroom->hide();
     m_samples->clear();
     m_trace->setUnits({});
     m_charts->clearDispatchBytes();

@@ -142,6 +142,7 @@ private:
     QCheckBox* m_throttle = nullptr;
     QLabel* m_mapSummary = nullptr;
     QLabel* m_note = nullptr;
+    QLabel* m_headroom = nullptr; // the headroom alarm (SamplesModel::headroomAlarm)
     QPushButton* m_dispatch = nullptr;
     QPushButton* m_cancel = nullptr;
     QPushButton* m_unload = nullptr;

@@ -2,6 +2,7 @@
 #include "cudacopy.h"
 #include "stowage/error.h"
 #include "stowage/families.h"
+#include "stowage/kvcache.h"
 #include "stowage/model.h"
 #include "stowage/quantization.h"
 #include "stowage/runtimeinfo.h"
@@ -36,6 +37,51 @@ struct Model::Impl {
     std::vector<std::string> units; // the family's execution units (families.h), in run order
     std::vector<arch::LayerCache> cache;
     int64_t cached = 0;
+
+    // What a budgeted (simulated or real) GPU holds besides weights, counted
+    // against its budget as the planner's KV reserve counts it: each
+    // decoder layer's KV buffers on the device its unit computes on, and,
+    // during a pass of T tokens, the activation room the reserve keeps for T
+    // (kvcache.h; a real GPU's allocator holds those activations then). A
+    // cache that outgrows the budget fails the step with the device named.
+    const ModelConfig* config = nullptr;
+    const ModuleTree* tree = nullptr;
+    std::vector<std::string> cacheUnit;  // per decoder layer: its module (empty: not counted)
+    std::vector<uint64_t> cacheHeld;     // bytes counted for its buffers
+    std::vector<std::string> activationDevices; // GPUs some unit computes on
+    void releaseCaches()
+    {
+        for (size_t l = 0; l < cacheHeld.size(); ++l)
+            if (cacheHeld[l] > 0)
+                telemetry.release(store->unitDevice(cacheUnit[l]).label(), cacheHeld[l]);
+        cacheHeld.assign(cacheHeld.size(), 0);
+    }
+    // After a pass: the buffers' bytes now, counted where they live.
+    void countCaches()
+    {
+        for (size_t l = 0; l < cache.size() && l < cacheUnit.size(); ++l) {
+            if (cacheUnit[l].empty())
+                continue;
+            const arch::LayerCache& c = cache[l];
+            const uint64_t now = uint64_t((c.k.defined() ? c.k.nbytes() : 0) + (c.v.defined() ? c.v.nbytes() : 0));
+            const std::string device = store->unitDevice(cacheUnit[l]).label();
+            if (now > cacheHeld[l]) {
+                telemetry.allocate(device, now - cacheHeld[l], "the KV cache of " + cacheUnit[l]);
+                cacheHeld[l] = now;
+            } else if (now < cacheHeld[l]) {
+                telemetry.release(device, cacheHeld[l] - now);
+                cacheHeld[l] = now;
+            }
+        }
+    }
+    uint64_t activationFor(int64_t tokens) const
+    {
+        if (!config || !tree)
+            return 0;
+        const auto r = kvReserveFor(*config, *tree, int(std::min<int64_t>(tokens, 1 << 30)), 1,
+                                    tree->dtype().value_or(DType::F32));
+        return r ? r->activationBytes : 0;
+    }
 };
 
 Model::Model(std::unique_ptr<Impl> impl) : m_impl(std::move(impl)) {}
@@ -89,6 +135,26 @@ std::unique_ptr<Model> Model::load(const Checkpoint& ck, const ModuleTree& tree,
     impl->units = executionUnits(tree);
     impl->store->setOrder(impl->units);
     impl->cache.resize(size_t(impl->runner->layers()));
+    // The decoder layers the caches belong to: the modules of the reserve's
+    // layer class, in definition order (kvcache.h), one per cache.
+    impl->config = &cfg;
+    impl->tree = &tree;
+    if (!tree.noSplitClasses().empty()) {
+        std::vector<std::string> layers;
+        for (const Module& m : tree.modules())
+            if (m.className == tree.noSplitClasses()[0])
+                layers.push_back(m.name);
+        if (layers.size() == impl->cache.size())
+            impl->cacheUnit = std::move(layers);
+    }
+    impl->cacheHeld.assign(impl->cacheUnit.size(), 0);
+    for (const std::string& u : impl->units) {
+        const RtDevice& d = impl->store->unitDevice(u);
+        if (d.device.kind == Device::Gpu &&
+            std::find(impl->activationDevices.begin(), impl->activationDevices.end(), d.label()) ==
+                impl->activationDevices.end())
+            impl->activationDevices.push_back(d.label());
+    }
     std::unique_ptr<Model> model(new Model(std::move(impl)));
     model->resetCache();
     return model;
@@ -107,8 +173,34 @@ std::vector<float> Model::forward(const std::vector<int32_t>& ids, bool allPosit
     at::Tensor t = at::tensor(ids64, at::kLong).view({1, int64_t(ids64.size())});
     at::Tensor logits;
     m_impl->beginPass();
+    // The activation room of this pass, on each GPU a unit computes on.
+    const uint64_t activation = m_impl->activationFor(int64_t(ids.size()));
+    std::vector<std::string> heldActivation;
+    struct ActivationRoom {
+        Impl& impl;
+        uint64_t bytes;
+        std::vector<std::string>& held;
+        ~ActivationRoom()
+        {
+            for (const std::string& d : held)
+                impl.telemetry.release(d, bytes);
+        }
+    } room{*m_impl, activation, heldActivation};
     try {
+        for (const std::string& d : m_impl->activationDevices) {
+            m_impl->telemetry.allocate(d, activation, "activations of a pass of " + std::to_string(ids.size()) +
+                                                          (ids.size() == 1 ? " token" : " tokens"));
+            heldActivation.push_back(d);
+        }
         logits = m_impl->runner->forward(t, m_impl->cached, m_impl->cache);
+        try {
+            m_impl->countCaches();
+        } catch (const InputError& e) {
+            // Say at which context; the step is undone below, the tokens so far stay the caller's.
+            throw InputError(e.file(), e.problem() + " (at a context of " +
+                                           std::to_string(m_impl->cached + int64_t(ids.size())) +
+                                           " tokens; a plan with a KV-cache reserve for the context keeps room for it)");
+        }
     } catch (const c10::Error& e) {
         // A real CUDA out-of-memory while computing: name where it happened;
         // the failed step's cache entries are dropped, the model stays usable.
@@ -135,6 +227,7 @@ std::vector<float> Model::forward(const std::vector<int32_t>& ids, bool allPosit
 
 void Model::resetCache(int expectedPositions)
 {
+    m_impl->releaseCaches();
     arch::LayerCache empty;
     empty.expected = std::max(0, expectedPositions);
     // fp16 weights computed in fp32 on the CPU: keys and values in fp16 (runner.h)

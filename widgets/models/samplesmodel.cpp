@@ -185,6 +185,30 @@ QVector<QPointF> SamplesModel::points(int column, double t0, double t1, int buck
     return out;
 }
 
+QString SamplesModel::headroomAlarm(const RunSample& sample) const
+{
+    QString worst;
+    double worstShare = 0.95; // below this there is room
+    for (const auto& [device, bytes] : sample.resident) {
+        const quint64 budget = budgetOf(device);
+        if (budget == 0 || device == QLatin1String("disk"))
+            continue;
+        const double share = double(bytes) / double(budget);
+        if (share < worstShare)
+            continue;
+        worstShare = share;
+        const QString label = m_labels.value(device, defaultLabel(device));
+        worst = bytes > budget
+                    ? tr("%1 holds %2, past its %3 budget: the room kept for other programs is in use.")
+                          .arg(label, formatBytes(bytes), formatBytes(budget))
+                    : tr("%1 holds %2% of its budget (%3 of %4): a longer context may not fit.")
+                          .arg(label)
+                          .arg(int(std::floor(100 * share)))
+                          .arg(formatBytes(bytes), formatBytes(budget));
+    }
+    return worst;
+}
+
 QString SamplesModel::seriesName(int column) const
 {
     switch (column) {

@@ -44,6 +44,12 @@ public:
     quint64 diskPassBytes() const { return m_diskPass; }
     // "GPU 0 (simulated)" instead of "GPU 0", for example.
     void setDeviceLabel(const QString& device, const QString& label);
+    // The headroom alarm for a sample: the device nearest its budget once one
+    // holds 95% of it or more ("GPU 0 holds 97% of its budget (3.88 of 4.00
+    // MiB): a longer context may not fit"), past it ("CPU holds 17.2 GiB,
+    // past its 16.0 GiB budget: the room kept for other programs is in
+    // use"); empty while every budgeted device has room.
+    QString headroomAlarm(const RunSample& sample) const;
 
     QStringList devices() const { return m_devices; }
     int columnOfDevice(const QString& device) const; // -1 when not seen

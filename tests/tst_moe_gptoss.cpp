@@ -54,6 +54,26 @@ std::string writeCheckpoint(const QString& root, bool mxfp4 = false)
 // Two experts a token: 14,000 + 2 x 12,672 = 39,344 bytes a layer; all eight
 // would be 115,376.
 constexpr uint64_t kRest = 14'000, kExpert = 12'672;
+
+// Layer 0 on disk, everything else on a simulated GPU 0, accelerate-like
+// (no prefetch: the traffic is deterministic): what the decode step after a
+// three-token prompt reads from disk and sends to GPU 0.
+std::pair<uint64_t, uint64_t> layer0FromDisk(const Checkpoint& ck, const ModuleTree& tree)
+{
+    LoadOptions lo;
+    lo.dtype = DType::F32;
+    lo.simulateGpus = true;
+    lo.policy = ExecutionPolicy::AccelerateLike;
+    lo.deviceMap = {{"model.embed_tokens", Device::gpu(0)}, {"model.layers.0", Device::disk()},
+                    {"model.layers.1", Device::gpu(0)},     {"model.norm", Device::gpu(0)},
+                    {"model.rotary_emb", Device::gpu(0)},   {"lm_head", Device::gpu(0)}};
+    auto model = Model::load(ck, tree, lo);
+    Telemetry& t = model->telemetry();
+    model->forward({3, 17, 5});
+    const uint64_t disk = t.diskReadBytes(), h2d = t.h2dBytes();
+    model->forward({9});
+    return {t.diskReadBytes() - disk, t.h2dBytes() - h2d};
+}
 } // namespace
 
 class TestMoeGptOss : public QObject {
@@ -128,21 +148,9 @@ void TestMoeGptOss::expertsOnAnotherDevice()
     // Layer 1 on a simulated GPU with its experts: nothing of it moves; layer
     // 0 on disk sends its 14,000 bytes and two experts' slices to GPU 0.
     Checkpoint ck = Checkpoint::open(writeCheckpoint(m_tmp.path()));
-    ModuleTree tree = buildModuleTree(ck, DType::F32);
-    LoadOptions lo;
-    lo.dtype = DType::F32;
-    lo.simulateGpus = true;
-    lo.policy = ExecutionPolicy::AccelerateLike;
-    lo.deviceMap = {{"model.embed_tokens", Device::gpu(0)}, {"model.layers.0", Device::disk()},
-                    {"model.layers.1", Device::gpu(0)},     {"model.norm", Device::gpu(0)},
-                    {"model.rotary_emb", Device::gpu(0)},   {"lm_head", Device::gpu(0)}};
-    auto model = Model::load(ck, tree, lo);
-    Telemetry& t = model->telemetry();
-    model->forward({3, 17, 5});
-    const uint64_t before = t.diskReadBytes(), h2d = t.h2dBytes();
-    model->forward({9});
-    QCOMPARE(t.diskReadBytes() - before, kRest + 2 * kExpert);
-    QCOMPARE(t.h2dBytes() - h2d, kRest + 2 * kExpert);
+    const auto [disk, h2d] = layer0FromDisk(ck, buildModuleTree(ck, DType::F32));
+    QCOMPARE(disk, kRest + 2 * kExpert);
+    QCOMPARE(h2d, kRest + 2 * kExpert);
 }
 
 void TestMoeGptOss::mxfp4ExpertsStayQuantized()
@@ -174,20 +182,9 @@ void TestMoeGptOss::mxfp4ExpertsStayQuantized()
     }
     // Layer 0 on disk computes on GPU 0: a decode step reads and sends its
     // 14,000 bytes and, per expert the router picks, its stored 2,016.
-    LoadOptions lo;
-    lo.dtype = DType::F32;
-    lo.simulateGpus = true;
-    lo.policy = ExecutionPolicy::AccelerateLike;
-    lo.deviceMap = {{"model.embed_tokens", Device::gpu(0)}, {"model.layers.0", Device::disk()},
-                    {"model.layers.1", Device::gpu(0)},     {"model.norm", Device::gpu(0)},
-                    {"model.rotary_emb", Device::gpu(0)},   {"lm_head", Device::gpu(0)}};
-    auto model = Model::load(ck, tree, lo);
-    Telemetry& t = model->telemetry();
-    model->forward({3, 17, 5});
-    const uint64_t before = t.diskReadBytes(), h2d = t.h2dBytes();
-    model->forward({9});
-    QCOMPARE(t.diskReadBytes() - before, kRest + 2 * kStoredExpert);
-    QCOMPARE(t.h2dBytes() - h2d, kRest + 2 * kStoredExpert);
+    const auto [disk, h2d] = layer0FromDisk(ck, tree);
+    QCOMPARE(disk, kRest + 2 * kStoredExpert);
+    QCOMPARE(h2d, kRest + 2 * kStoredExpert);
 }
 
 void TestMoeGptOss::planOnlyQuantizersAreRefused()

@@ -163,26 +163,18 @@ bool BudgetModel::setExcluded(int row, bool excluded)
     return true;
 }
 
-bool BudgetModel::fillFirst(int row)
-{
-    if (row < 0 || row >= m_rows.size() || m_rows[row].device.kind != Device::Gpu)
-        return false;
-    int lowest = 0;
-    for (const BudgetDevice& d : m_rows)
-        lowest = std::min(lowest, d.fillRank);
-    m_rows[row].fillRank = lowest - 1;
-    emit budgetsChanged();
-    return true;
-}
+bool BudgetModel::fillFirst(int row) { return rankGpu(row, -1); }
+bool BudgetModel::fillLast(int row) { return rankGpu(row, +1); }
 
-bool BudgetModel::fillLast(int row)
+// A GPU's fill rank below (side -1) or above (+1) every other's.
+bool BudgetModel::rankGpu(int row, int side)
 {
     if (row < 0 || row >= m_rows.size() || m_rows[row].device.kind != Device::Gpu)
         return false;
-    int highest = 0;
+    int edge = 0;
     for (const BudgetDevice& d : m_rows)
-        highest = std::max(highest, d.fillRank);
-    m_rows[row].fillRank = highest + 1;
+        edge = side < 0 ? std::min(edge, d.fillRank) : std::max(edge, d.fillRank);
+    m_rows[row].fillRank = edge + side;
     emit budgetsChanged();
     return true;
 }

@@ -104,6 +104,7 @@ signals:
     void budgetsChanged();
 
 private:
+    bool rankGpu(int row, int side);
     void renumberGpus(int fromRow);
     quint64 scaleOf(const BudgetDevice& d) const;
     QVector<BudgetDevice> m_rows;

@@ -38,6 +38,9 @@ const char* kUsage =
     "  shop    [PATH] --speed TOK/S [--kv-cache CTX[xBATCH]] [--gpus PRESET,...] [--max-gpus N]\n"
     "          [--ram GIB,...] [--policy P] [--strategy S] [--price PRESET=USD]... [--dtype DT] [--json] [-o FILE]\n"
     "                                         the cheapest GPU and RAM setups that reach a decode speed\n"
+    "  deploy  [PATH] --gpu PRESET [--nodes N] [--gpus-per-node G] [--engine vllm|sglang|tgi|llama.cpp|transformers]\n"
+    "          [--context C] [--sequences S] [--memory-fraction F] [--expert-parallel] [--model-id ID] [--json] [-o FILE]\n"
+    "                                         tensor x pipeline parallel choices on a serving engine, and its launch\n"
     "\n"
     "PATH is a checkpoint folder, an index .json, a .safetensors/.bin file or a\n"
     "Hub cache folder (models--org--name); without it the bundled demo is used.\n";
@@ -106,6 +109,8 @@ int main(int argc, char** argv)
             return stowage::cli::tokenizeCommand(args);
         if (command == "shop")
             return stowage::cli::shopCommand(args);
+        if (command == "deploy")
+            return stowage::cli::deployCommand(args);
         std::fprintf(stderr, "stowage-cli: unknown command '%s' (try --help)\n", command.c_str());
         return 2;
     });

@@ -11,6 +11,7 @@
 
 #include <QtTest>
 
+#include <algorithm>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
@@ -137,6 +138,7 @@ private slots:
     void convertedDiskWeightsGoThroughTheOffloadFolder();
     void offloadFolderInterchangesWithAccelerate();
     void simulatedGpuBudgetIsEnforced();
+    void contextRunsOutWherePredicted_data();
     void contextRunsOutWherePredicted();
     void cancelReleasesEverything();
     void fullDiskLeavesNoCompleteLookingFolder();
@@ -273,29 +275,46 @@ void TestRuntime::simulatedGpuBudgetIsEnforced()
     QVERIFY(m->deviceDescriptions()[1].find("simulated") != std::string::npos);
 }
 
+void TestRuntime::contextRunsOutWherePredicted_data()
+{
+    QTest::addColumn<QString>("checkpoint"); // empty: the tiny Llama below
+    QTest::addColumn<int>("fills");          // the prompt that fills the budget
+    QTest::addColumn<int>("longest");        // the longest prompt tried (at most max_position_embeddings)
+    QTest::newRow("llama, 1,000 tokens") << QString() << 1000 << 2000;
+    // The bundled demo: 6 layers x 2 x 2 KV heads x 32 x 4 bytes = 3,072 a
+    // position; 200 positions, buffers grown by blocks of 25.
+    QTest::newRow("demo, 200 tokens") << QStringLiteral(STOWAGE_BUILD_DEMO_DIR) << 200 << 256;
+}
+
 void TestRuntime::contextRunsOutWherePredicted()
 {
-    // A Llama (vocab 100, hidden 64, 4 layers, 2 KV heads of 16, fp32) all on
-    // a simulated GPU whose budget the context sweep says a 1,000-token
-    // prompt fills: the weights, the KV cache of 1,000 positions (1,024
-    // bytes each) and the activation room of a 1,000-token pass. Prompts of
-    // growing length run until one fails: the first that does is within one
-    // KV block (the buffers grow by an eighth of what they hold, 125
-    // positions here) of the predicted 1,001, says which device and why, and
-    // leaves the model usable.
-    const std::string d = path("llama-context");
-    fs::create_directories(d);
-    const fixtures::LlamaShape s{100, 64, 128, 4, 4, 2, true};
-    fixtures::writeRandomSafetensors(d + "/model.safetensors", fixtures::llamaTensors(s, DType::F32), 3);
-    nlohmann::json c = fixtures::llamaConfig(s, DType::F32);
-    c["max_position_embeddings"] = 4096;
-    fixtures::writeJson(d + "/config.json", c);
+    // A model all on a simulated GPU whose budget the context sweep says a
+    // prompt of `fills` tokens fills: the weights, the KV cache of its
+    // positions and the activation room of its pass. Prompts of growing
+    // length run until one fails: the first that does is within one KV
+    // block (the buffers grow by an eighth of what they hold) of the
+    // predicted fills + 1, says which device and why, and leaves the model
+    // usable. The tiny Llama: vocab 100, hidden 64, 4 layers, 2 KV heads of
+    // 16, fp32: 1,024 bytes of cache a position, blocks of 125 at 1,000.
+    QFETCH(QString, checkpoint);
+    QFETCH(int, fills);
+    QFETCH(int, longest);
+    std::string d = checkpoint.toStdString();
+    if (d.empty()) {
+        d = path("llama-context");
+        fs::create_directories(d);
+        const fixtures::LlamaShape s{100, 64, 128, 4, 4, 2, true};
+        fixtures::writeRandomSafetensors(d + "/model.safetensors", fixtures::llamaTensors(s, DType::F32), 3);
+        nlohmann::json c = fixtures::llamaConfig(s, DType::F32);
+        c["max_position_embeddings"] = 4096;
+        fixtures::writeJson(d + "/config.json", c);
+    }
     Checkpoint ck = Checkpoint::open(d);
     ModuleTree tree = buildModuleTree(ck, DType::F32);
     const DeviceMap map{{"", dev("0")}};
-    const uint64_t budget = deviceBytesAtContext(*ck.config(), tree, map, dev("0"), 1000, 1, false);
-    const ContextSweep sweep = sweepContext(*ck.config(), tree, map, {{dev("0"), double(budget)}}, 1, 4096);
-    QCOMPARE(sweep.devices[0].runsOutAt, std::optional<int64_t>(1001));
+    const uint64_t budget = deviceBytesAtContext(*ck.config(), tree, map, dev("0"), fills, 1, false);
+    const ContextSweep sweep = sweepContext(*ck.config(), tree, map, {{dev("0"), double(budget)}}, 1, longest);
+    QCOMPARE(sweep.devices[0].runsOutAt, std::optional<int64_t>(fills + 1));
 
     LoadOptions o;
     o.deviceMap = map;
@@ -305,7 +324,7 @@ void TestRuntime::contextRunsOutWherePredicted()
     const auto prompt = [](int n) {
         std::vector<int32_t> ids(static_cast<size_t>(n), 0);
         for (int i = 0; i < n; ++i)
-            ids[size_t(i)] = int32_t(1 + i % 97);
+            ids[size_t(i)] = int32_t(2 + i % 97);
         return ids;
     };
     const auto fits = [&](int n) {
@@ -321,13 +340,14 @@ void TestRuntime::contextRunsOutWherePredicted()
         }
     };
     QVERIFY(fits(1));
-    QVERIFY(!fits(2000));
-    int lo = 1, hi = 2000; // fits(lo), !fits(hi)
+    QVERIFY(!fits(longest));
+    int lo = 1, hi = longest; // fits(lo), !fits(hi)
     while (hi - lo > 1) {
         const int mid = (lo + hi) / 2;
         (fits(mid) ? lo : hi) = mid;
     }
-    QVERIFY2(hi <= 1001 && hi >= 1001 - 125, qPrintable(QString("first failing prompt: %1 tokens").arg(hi)));
+    const int block = std::clamp(fills / 8, 16, 256);
+    QVERIFY2(hi <= fills + 1 && hi >= fills + 1 - block, qPrintable(QString("first failing prompt: %1 tokens").arg(hi)));
     // The message names the device and what outgrew it.
     try {
         model->resetCache();

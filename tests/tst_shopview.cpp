@@ -1,15 +1,19 @@
-// The Plan page's "Hardware to buy" tab offscreen at 96 DPI, on the
-// Llama-2-7B-shaped config and index tst_shop works out by hand: the
+// The Plan page's "Hardware to buy" and "Deploy" tabs offscreen at 96 DPI,
+// on the Llama-2-7B-shaped config and index tst_shop works out by hand: the
 // setups that reach 60 tok/s cheapest first, the table never showing rows
 // for inputs no longer on screen, and one click opening a setup as simulated
-// GPUs in the budget bars.
+// GPUs in the budget bars; the deployment choices on eight H100s, their
+// picture and launch command.
 #include "budgetmodel.h"
+#include "deploypanel.h"
 #include "fixtures.h"
 #include "mainwindow.h"
 #include "planningpage.h"
 #include "shoppanel.h"
 
 #include <QApplication>
+#include <QComboBox>
+#include <QPlainTextEdit>
 #include <QDoubleSpinBox>
 #include <QLabel>
 #include <QLineEdit>
@@ -118,6 +122,56 @@ private slots:
         QCOMPARE(m->at(row).preset, QString("rtx3090"));
         QCOMPARE(m->at(row).capacity, quint64(24'000'000'000));
         QCOMPARE(m->at(row).hardware, QString("NVIDIA GeForce RTX 3090"));
+    }
+
+    void deployTab()
+    {
+        MainWindow w(fixedMachine());
+        w.resize(1400, 1100);
+        w.show();
+        QSignalSpy opened(&w, &MainWindow::checkpointOpened);
+        w.openCheckpoint(QString::fromStdString(m_dir));
+        QTRY_VERIFY_WITH_TIMEOUT(opened.count() == 1, 10000);
+        PlanningPage* page = w.planningPage();
+        DeployPanel* d = page->deployPanel();
+        page->outlookTabs()->setCurrentWidget(d);
+        d->gpuBox()->setCurrentIndex(d->gpuBox()->findData(QStringLiteral("h100-80gb")));
+        d->nodesBox()->setValue(1);
+        d->gpusPerNodeBox()->setValue(8);
+        d->contextBox()->setValue(4096);
+        // vLLM on one node of eight H100s: TP 8 first (tst_deploy's rules):
+        // a layer's share 2 x 4096^2 / 8 + 2 x 4 x 128 x 4096 + 3 x 4096 x
+        // 11008 / 8 + 8,192 = 25,305,088 parameters, x 32, the embedding and
+        // head 32,000 / 8 x 4096 each and the norm: 842,534,912 in bf16.
+        QTableView* v = d->table();
+        QCOMPARE(cell(v, 0, 0), QString("TP 8 × PP 1"));
+        QCOMPARE(d->plan().choices.front().weightsPerGpu, uint64_t(1'685'069'824));
+        QCOMPARE(cell(v, 0, 5), QString("fits"));
+        QVERIFY2(d->commandView()->toPlainText().startsWith("vllm serve ") &&
+                     d->commandView()->toPlainText().contains("--tensor-parallel-size 8 --pipeline-parallel-size 1"),
+                 qPrintable(d->commandView()->toPlainText()));
+        QVERIFY(d->copyButton()->isEnabled());
+        // The picture: every GPU of the node holds the same share.
+        const DeployChoice& c = d->plan().choices.front();
+        for (int g = 0; g < 8; ++g)
+            QCOMPARE(d->picture()->heldOn(0, g), c.stageWeights[0] + c.stageKv[0] + c.overheadPerGpu);
+        // TGI: tensor parallel only, so no pipeline choice; the table follows at once.
+        d->engineBox()->setCurrentIndex(d->engineBox()->findText("tgi"));
+        for (int r = 0; r < v->model()->rowCount(); ++r)
+            QVERIFY2(cell(v, r, 0).endsWith("PP 1"), qPrintable(cell(v, r, 0)));
+        QVERIFY(d->commandView()->toPlainText().startsWith("text-generation-launcher"));
+        // Two nodes of one small GPU each: a row that does not fit says why and offers no command.
+        d->engineBox()->setCurrentIndex(d->engineBox()->findText("vllm"));
+        d->gpuBox()->setCurrentIndex(d->gpuBox()->findData(QStringLiteral("t4")));
+        d->gpusPerNodeBox()->setValue(1);
+        int unfit = -1;
+        for (int r = 0; r < v->model()->rowCount() && unfit < 0; ++r)
+            if (cell(v, r, 5) != "fits")
+                unfit = r;
+        QVERIFY(unfit >= 0);
+        v->selectRow(unfit);
+        QVERIFY(!d->copyButton()->isEnabled());
+        QVERIFY(d->commandView()->toPlainText().startsWith("needs"));
     }
 };
 

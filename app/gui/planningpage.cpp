@@ -11,6 +11,7 @@
 #include "plancontrols.h"
 #include "predictionmodel.h"
 #include "sharebardelegate.h"
+#include "deploypanel.h"
 #include "shoppanel.h"
 #include "snippets.h"
 #include "tintedbanner.h"
@@ -127,6 +128,8 @@ PlanningPage::PlanningPage(ModuleTreeModel* treeModel, QWidget* parent) : QWidge
     m_outlook->addTab(m_context, tr("Context growth"));
     m_shop = new ShopPanel(m_outlook);
     m_outlook->addTab(m_shop, tr("Hardware to buy"));
+    m_deploy = new DeployPanel(m_outlook);
+    m_outlook->addTab(m_deploy, tr("Deploy"));
     // One click: the budget bars get the setup's GPUs as simulated ones.
     connect(m_shop, &ShopPanel::openSetup, this, [this](const QString& preset, int count) {
         const HardwareProfile p = hardwarePreset(preset.toStdString());
@@ -279,6 +282,7 @@ void PlanningPage::resize()
     }
     m_treeModel->setTree(m_tree);
     m_shop->setModel(m_tree, m_config);
+    m_deploy->setModel(m_tree, m_config, m_modelPath);
 }
 
 bool PlanningPage::quantAppliedOnTarget() const

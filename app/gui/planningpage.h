@@ -38,6 +38,7 @@ class PlacementMap;
 class PlanControls;
 class PredictionModel;
 class ShopPanel;
+class DeployPanel;
 struct SnippetInput;
 
 // What the Run page runs, handed over by the planning page as one value: the
@@ -76,6 +77,7 @@ public:
     PlacementMap* placementMap() const { return m_placement; }
     ContextChart* contextChart() const { return m_context; }
     ShopPanel* shopPanel() const { return m_shop; }
+    DeployPanel* deployPanel() const { return m_deploy; }
     QTabWidget* outlookTabs() const { return m_outlook; }
     DeviceMapModel* deviceMapModel() const { return m_mapModel; }
     PredictionModel* predictionModel() const { return m_prediction; }
@@ -130,6 +132,7 @@ private:
     PlacementMap* m_placement = nullptr;
     ContextChart* m_context = nullptr;
     ShopPanel* m_shop = nullptr;
+    DeployPanel* m_deploy = nullptr;
     QTabWidget* m_outlook = nullptr;
     DeviceMapModel* m_mapModel = nullptr;
     PredictionModel* m_prediction = nullptr;

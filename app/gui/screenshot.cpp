@@ -6,6 +6,7 @@
 #include "plancontrols.h"
 #include "runcharts.h"
 #include "runpage.h"
+#include "deploypanel.h"
 #include "shoppanel.h"
 #include "rundata.h"
 #include "stowage/costmodel.h"
@@ -13,7 +14,9 @@
 
 #include <QRegularExpression>
 #include <QCommandLineParser>
+#include <QComboBox>
 #include <QDoubleSpinBox>
+#include <QSpinBox>
 #include <QEventLoop>
 #include <QPixmap>
 #include <QTabWidget>
@@ -40,7 +43,8 @@ void addPlanOptions(QCommandLineParser& p)
     p.addOption({"prompt", "Prompt for --run-tokens (default: the run page's).", "TEXT"});
     p.addOption({"policy", "Execution policy for --run-tokens: accelerate-like, prefetch, compute-where-it-lives.", "POLICY"});
     p.addOption({"offload-folder", "Offload folder for --run-tokens.", "DIR"});
-    p.addOption({"plan-view", "The Plan page's lower tab to capture: speed (default), context or shop.", "VIEW"});
+    p.addOption({"plan-view", "The Plan page's lower tab to capture: speed (default), context, shop or deploy.", "VIEW"});
+    p.addOption({"deploy", "With --plan-view deploy: GPU preset, nodes and GPUs a node, e.g. rtx4090,2,2.", "G,N,P"});
     p.addOption({"shop-speed", "With --plan-view shop: the decode speed to reach, tok/s (default 20).", "TOKS"});
     p.addOption({"run-view", "With --run-tokens: the tab to capture, graphs (default) or timeline.", "VIEW"});
     p.addOption({"throttle", "With --run-tokens: simulated GPUs copy at their preset's PCIe speed."});
@@ -98,8 +102,22 @@ QString applyPlanOptions(MainWindow& w, const QCommandLineParser& p)
         page->controls()->setNoSplit(p.values("no-split").join(QLatin1Char(',')));
     if (p.isSet("plan-view")) {
         const QString v = p.value("plan-view");
-        if (v != QLatin1String("speed") && v != QLatin1String("context") && v != QLatin1String("shop"))
-            return QStringLiteral("--plan-view %1: expected speed, context or shop").arg(v);
+        const QStringList views{"speed", "context", "shop", "deploy"};
+        if (!views.contains(v))
+            return QStringLiteral("--plan-view %1: expected speed, context, shop or deploy").arg(v);
+        if (p.isSet("deploy")) {
+            const QStringList f = p.value("deploy").split(QLatin1Char(','));
+            DeployPanel* d = page->deployPanel();
+            const int gpu = f.size() == 3 ? d->gpuBox()->findData(f[0]) : -1;
+            bool okN = false, okP = false;
+            const int nodes = f.value(1).toInt(&okN), per = f.value(2).toInt(&okP);
+            if (gpu < 0 || !okN || !okP || nodes < 1 || per < 1)
+                return QStringLiteral("--deploy %1: expected PRESET,NODES,GPUS_PER_NODE such as rtx4090,2,2")
+                    .arg(p.value("deploy"));
+            d->gpuBox()->setCurrentIndex(gpu);
+            d->nodesBox()->setValue(nodes);
+            d->gpusPerNodeBox()->setValue(per);
+        }
         if (p.isSet("shop-speed")) {
             bool ok = false;
             const double speed = p.value("shop-speed").toDouble(&ok);
@@ -108,7 +126,7 @@ QString applyPlanOptions(MainWindow& w, const QCommandLineParser& p)
                     .arg(p.value("shop-speed"));
             page->shopPanel()->speedBox()->setValue(speed);
         }
-        page->outlookTabs()->setCurrentIndex(v == QLatin1String("context") ? 1 : v == QLatin1String("shop") ? 2 : 0);
+        page->outlookTabs()->setCurrentIndex(int(views.indexOf(v)));
     }
     return {};
 }

@@ -277,6 +277,10 @@ DeployPlan planDeployment(const ModuleTree& tree, const ModelConfig& config, con
                 }
                 stageKv[size_t(stageOf[size_t(l)])] += perPosition;
             }
+            for (int st = 0; st < pp; ++st) {
+                c.stageWeights.push_back(uint64_t(stageBytes[size_t(st)]));
+                c.stageKv.push_back(uint64_t(stageKv[size_t(st)] * double(tokens)));
+            }
             const int busiest = int(std::max_element(stageBytes.begin(), stageBytes.end()) - stageBytes.begin());
             c.weightsPerGpu = uint64_t(stageBytes[size_t(busiest)]);
             c.kvPerGpu = uint64_t(*std::max_element(stageKv.begin(), stageKv.end()) * double(tokens));

@@ -57,6 +57,8 @@ struct DeployChoice {
     uint64_t overheadPerGpu = 0;  // activations and CUDA graphs (estimated; the engine measures them)
     uint64_t usablePerGpu = 0;    // memory x the engine's fraction
     std::vector<int> layersPerStage;
+    // Per stage, what each of its GPUs holds (its most loaded rank's weights, its KV cache).
+    std::vector<uint64_t> stageWeights, stageKv;
     double tokensPerSecond = 0;   // decode, one sequence
     std::string command;          // the launch for this choice ("" when it does not fit)
 };

@@ -34,5 +34,9 @@ echo; echo "== bench_moe"
 t0=$(date +%s)
 /usr/bin/python3 "$root/tests/bench/bench_moe.py" --cli "$build/app/stowage-cli" || { echo "bench_moe exited $?"; failed=1; }
 echo "(bench_moe: $(( $(date +%s) - t0 )) s)"
+echo; echo "== bench_context"
+t0=$(date +%s)
+/usr/bin/python3 "$root/tests/bench/bench_context.py" --cli "$build/app/stowage-cli" || { echo "bench_context exited $?"; failed=1; }
+echo "(bench_context: $(( $(date +%s) - t0 )) s)"
 echo; echo "suite: $(( $(date +%s) - start )) s"
 exit $failed

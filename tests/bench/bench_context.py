@@ -84,10 +84,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cli", default=None)
     a = ap.parse_args()
-    exe = a.cli or next((os.path.join(bp.ROOT, d, "app", "stowage-cli") for d in ("build/perf", "build/ci")
-                         if os.path.exists(os.path.join(bp.ROOT, d, "app", "stowage-cli"))), None)
-    if not exe:
-        print("no stowage-cli (give --cli)", file=sys.stderr)
+    exe = bp.find_cli(a.cli)
+    if exe is None:
         return 2
     print("machine: " + bp.cpu_line())
     ok = True

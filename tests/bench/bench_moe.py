@@ -116,10 +116,8 @@ def main():
     ap.add_argument("--cli", default=None)
     ap.add_argument("--tokens", type=int, default=32)
     a = ap.parse_args()
-    exe = a.cli or next((os.path.join(bp.ROOT, d, "app", "stowage-cli") for d in ("build/perf", "build/ci")
-                         if os.path.exists(os.path.join(bp.ROOT, d, "app", "stowage-cli"))), None)
-    if not exe:
-        print("no stowage-cli (give --cli)", file=sys.stderr)
+    exe = bp.find_cli(a.cli)
+    if exe is None:
         return 2
     print("machine: " + bp.cpu_line())
     print("load: %s  (others' work slows every figure)" % open("/proc/loadavg").read().split(" ", 3)[:3])

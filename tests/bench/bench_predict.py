@@ -62,6 +62,15 @@ def cpu_line():
     return "%s, %d cores, %s" % (model, os.cpu_count() or 0, " ".join(keep) or "no AVX2")
 
 
+def find_cli(given):
+    """`given`, else the build's stowage-cli (build/perf, else build/ci); None, said, when there is none."""
+    for exe in [given] if given else [os.path.join(ROOT, d, "app", "stowage-cli") for d in ("build/perf", "build/ci")]:
+        if os.path.exists(exe):
+            return exe
+    print("no stowage-cli (give --cli)", file=sys.stderr)
+    return None
+
+
 def cli(args, exe, check=True):
     p = subprocess.run([exe] + args, capture_output=True, text=True)
     if check and p.returncode != 0:
@@ -145,15 +154,8 @@ def main():
     ap.add_argument("--tokens", type=int, default=48)
     ap.add_argument("--cases", default="all", choices=["demo", "llama440", "all"])
     a = ap.parse_args()
-    exe = a.cli
+    exe = find_cli(a.cli)
     if exe is None:
-        for d in ("build/perf", "build/ci"):
-            c = os.path.join(ROOT, d, "app", "stowage-cli")
-            if os.path.exists(c):
-                exe = c
-                break
-    if exe is None or not os.path.exists(exe):
-        print("no stowage-cli (give --cli)", file=sys.stderr)
         return 2
 
     print("machine: " + cpu_line())

@@ -2,6 +2,7 @@
 
 #include "stowage/error.h"
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -114,6 +115,32 @@ std::optional<DType> parseDTypeOption(const Args& a)
     if (!d || !dtypeIsFloating(*d))
         throw InputError("", "--dtype '" + *v + "' is not one of float32, float16, bfloat16");
     return d;
+}
+
+std::optional<double> parseNumber(const std::string& text)
+{
+    size_t used = 0;
+    double v = 0;
+    try {
+        v = std::stod(text, &used);
+    } catch (const std::exception&) {
+        return std::nullopt;
+    }
+    if (used != text.size() || !std::isfinite(v))
+        return std::nullopt;
+    return v;
+}
+
+int wholeNumberOption(const Args& args, const std::string& name, int fallback, int lo, int hi)
+{
+    const auto v = args.value(name);
+    if (!v)
+        return fallback;
+    const auto n = parseNumber(*v);
+    if (!n || *n != std::floor(*n) || *n < lo || *n > hi)
+        throw InputError(name, "expected a whole number from " + std::to_string(lo) + " to " + std::to_string(hi) +
+                                   ", got '" + *v + "'");
+    return int(*n);
 }
 
 std::vector<int32_t> parseIds(const std::string& text, const std::string& what)

@@ -47,4 +47,10 @@ std::optional<DType> parseDTypeOption(const Args& args);
 // "1,2,3" -> ids; InputError naming `what` for anything else.
 std::vector<int32_t> parseIds(const std::string& text, const std::string& what);
 
+// TEXT as a finite number, all of it; nullopt when it is not one.
+std::optional<double> parseNumber(const std::string& text);
+// Option NAME as a whole number from lo to hi, `fallback` when it is not
+// given; InputError naming the option and its value otherwise.
+int wholeNumberOption(const Args& args, const std::string& name, int fallback, int lo, int hi);
+
 } // namespace stowage::cli

@@ -15,28 +15,6 @@
 #include <cstdio>
 
 namespace stowage::cli {
-namespace {
-
-int wholeNumber(const Args& a, const std::string& flag, int fallback, int lo, int hi)
-{
-    const auto v = a.value(flag);
-    if (!v)
-        return fallback;
-    size_t used = 0;
-    long n = 0;
-    try {
-        n = std::stol(*v, &used);
-    } catch (const std::exception&) {
-        used = 0;
-    }
-    if (used != v->size() || n < lo || n > hi)
-        throw InputError(flag, "expected a whole number from " + std::to_string(lo) + " to " + std::to_string(hi) +
-                                   ", got '" + *v + "'");
-    return int(n);
-}
-
-} // namespace
-
 int deployCommand(const std::vector<std::string>& argv)
 {
     Args a(argv, {"--gpu", "--nodes", "--gpus-per-node", "--engine", "--context", "--sequences", "--memory-fraction",
@@ -50,8 +28,8 @@ int deployCommand(const std::vector<std::string>& argv)
     if (!ck.config())
         throw InputError(ck.weightsPath(), "deploy planning needs config.json beside the weights or index");
     ModuleTree tree = buildModuleTree(ck, parseDTypeOption(a));
-    const DeployCluster cluster = clusterFromPreset(*gpu, wholeNumber(a, "--nodes", 1, 1, 1024),
-                                                    wholeNumber(a, "--gpus-per-node", 8, 1, 64));
+    const DeployCluster cluster = clusterFromPreset(*gpu, wholeNumberOption(a, "--nodes", 1, 1, 1024),
+                                                    wholeNumberOption(a, "--gpus-per-node", 8, 1, 64));
     DeployRequest r;
     if (auto e = a.value("--engine")) {
         const auto engine = servingEngineFromName(*e);
@@ -59,19 +37,13 @@ int deployCommand(const std::vector<std::string>& argv)
             throw InputError("--engine", "unknown engine '" + *e + "' (vllm, sglang, tgi, llama.cpp, transformers)");
         r.engine = *engine;
     }
-    r.contextTokens = wholeNumber(a, "--context", 4096, 1, 1 << 24);
-    r.sequences = wholeNumber(a, "--sequences", 1, 1, 1 << 16);
+    r.contextTokens = wholeNumberOption(a, "--context", 4096, 1, 1 << 24);
+    r.sequences = wholeNumberOption(a, "--sequences", 1, 1, 1 << 16);
     if (auto f = a.value("--memory-fraction")) {
-        size_t used = 0;
-        double v = 0;
-        try {
-            v = std::stod(*f, &used);
-        } catch (const std::exception&) {
-            used = 0;
-        }
-        if (used != f->size() || !(v > 0 && v <= 1))
+        const auto v = parseNumber(*f);
+        if (!v || !(*v > 0 && *v <= 1))
             throw InputError("--memory-fraction", "expected a fraction above 0 and at most 1, got '" + *f + "'");
-        r.memoryFraction = v;
+        r.memoryFraction = *v;
     }
     r.expertParallel = a.flag("--expert-parallel");
     const std::string modelId = a.value("--model-id").value_or(ck.folder());
@@ -121,10 +93,7 @@ int deployCommand(const std::vector<std::string>& argv)
         for (const std::string& n : plan.notes)
             text += "note: " + n + "\n";
     }
-    if (auto out = a.value("-o"))
-        writeFile(*out, text);
-    else
-        std::fputs(text.c_str(), stdout);
+    writeOutput(a, text);
     return 0;
 }
 

@@ -43,6 +43,14 @@ std::string readFile(const std::string& path) { return readTextFile(path); }
 
 void writeFile(const std::string& path, const std::string& text) { writeFileAtomically(path, text); }
 
+void writeOutput(const Args& args, const std::string& text)
+{
+    if (auto out = args.value("-o"))
+        writeFile(*out, text);
+    else
+        std::fputs(text.c_str(), stdout);
+}
+
 std::set<std::string> planValuedOptions()
 {
     return {"--max-memory", "--strategy", "--dtype", "--reference", "--no-split", "--kv-cache"};

@@ -34,5 +34,7 @@ nlohmann::ordered_json costJson(const CostEstimate& c, const HardwareProfile& hw
 std::string readFile(const std::string& path);
 // Written to PATH.partial then renamed, so a failed write leaves no half file.
 void writeFile(const std::string& path, const std::string& text);
+// A command's output: to -o FILE when given (writeFile), else to stdout.
+void writeOutput(const Args& args, const std::string& text);
 
 } // namespace stowage::cli

@@ -25,11 +25,10 @@ double number(const Args& a, const std::string& name, double def, double lo, dou
     auto v = a.value(name);
     if (!v)
         return def;
-    char* end = nullptr;
-    double x = std::strtod(v->c_str(), &end);
-    if (!end || *end || x < lo || x > hi)
+    const auto x = parseNumber(*v);
+    if (!x || *x < lo || *x > hi)
         throw InputError(name + " " + *v, "expected a number from " + std::to_string(lo) + " to " + std::to_string(hi));
-    return x;
+    return *x;
 }
 
 } // namespace

@@ -20,16 +20,10 @@ namespace {
 
 double number(const std::string& text, const std::string& what)
 {
-    size_t used = 0;
-    double v = 0;
-    try {
-        v = std::stod(text, &used);
-    } catch (const std::exception&) {
-        used = 0;
-    }
-    if (used != text.size() || !std::isfinite(v) || v <= 0)
+    const auto v = parseNumber(text);
+    if (!v || *v <= 0)
         throw InputError(what, "expected a positive number, got '" + text + "'");
-    return v;
+    return *v;
 }
 
 std::vector<std::string> commaList(const std::string& text)
@@ -59,12 +53,7 @@ int shopCommand(const std::vector<std::string>& argv)
     r.minTokensPerSecond = number(*target, "--speed");
     if (auto g = a.value("--gpus"))
         r.gpus = commaList(*g);
-    if (auto m = a.value("--max-gpus")) {
-        const double n = number(*m, "--max-gpus");
-        if (n != std::floor(n) || n > 64)
-            throw InputError("--max-gpus", "expected a whole number of GPUs from 1 to 64, got '" + *m + "'");
-        r.maxGpus = int(n);
-    }
+    r.maxGpus = wholeNumberOption(a, "--max-gpus", r.maxGpus, 1, 64);
     if (auto ram = a.value("--ram")) {
         r.ramGiB.clear();
         for (const std::string& s : commaList(*ram)) {
@@ -140,10 +129,7 @@ int shopCommand(const std::vector<std::string>& argv)
         for (const std::string& n : result.notes)
             text += "note: " + n + "\n";
     }
-    if (auto out = a.value("-o"))
-        writeFile(*out, text);
-    else
-        std::fputs(text.c_str(), stdout);
+    writeOutput(a, text);
     return 0;
 }
 

@@ -4,6 +4,7 @@
 #include "commands.h"
 
 #include "stowage/error.h"
+#include "stowage/runtimeenv.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -51,13 +52,9 @@ int runPlugin(const char* entryName, const std::vector<std::string>& args)
     namespace fs = std::filesystem;
     std::error_code ec;
     fs::path exeDir = fs::read_symlink("/proc/self/exe", ec).parent_path();
-    // LibTorch's OpenMP threads spin for a long while after each parallel
-    // region and starve OpenBLAS's own threads on a small machine (fp32 decode
-    // ran 3x slower here); not spinning at all slows LibTorch's own bf16
-    // kernels. A short spin measured best for both (tests/bench/bench_decode).
-    // libgomp reads it when the plugin loads it, so set it before dlopen.
-    if (!std::getenv("OMP_WAIT_POLICY"))
-        setenv("GOMP_SPINCOUNT", "5000", /*overwrite=*/0);
+    // What LibTorch's thread pools and its BLAS read when the plugin loads
+    // them (runtimeenv.h: spin windows, OpenBLAS's kernels for this CPU).
+    stowage::prepareRuntimeEnvironment();
     void* lib = nullptr;
     std::string tried;
     for (const fs::path& p : {exeDir / "libstowage_run.so", exeDir.parent_path() / "lib" / "stowage" / "libstowage_run.so"}) {

@@ -208,7 +208,12 @@ CostEstimate estimateImpl(const std::vector<std::pair<Device, uint64_t>>& placem
         const double cacheRate = profile.pageCacheReadBandwidth > 0 ? profile.pageCacheReadBandwidth
                                                                     : rate(profile.ramBandwidth, "RAM bandwidth", profile) / 2;
         const Cost cached{bytes / cacheRate, "page-cache read"};
-        if (!execGpu && policy != ExecutionPolicy::AccelerateLike) // in place from the mapping
+        // In place from the mapping, on the CPU: without a GPU to compute on,
+        // or under compute-where-it-lives when the CPU reads faster than the
+        // link copies (the runtime's WeightStore::setOrder).
+        const bool inPlace = !execGpu || (policy == ExecutionPolicy::ComputeWhereItLives &&
+                                          ramLayerRunsOnCpu(profile, gpuProfile(*execGpu)));
+        if (inPlace && policy != ExecutionPolicy::AccelerateLike)
             return warm ? cpuCompute(bytes, flops) : overlap({drive, cpuCompute(bytes, flops)});
         if (!execGpu && warm && profile.freshCopyBandwidth > 0) // a new CPU tensor per weight per token
             return then({bytes / std::min(cacheRate, profile.freshCopyBandwidth), "copy into fresh memory"},

@@ -92,6 +92,12 @@ std::string thisCpuKey()
 
 namespace {
 
+// Which runtime measured a cache entry: raised when the runtime's cost per
+// step changes, so that an entry measured before is measured again rather
+// than predicting from costs the runtime no longer has (2: OpenBLAS's threads
+// no longer spin beside decode, runtimeenv.h; entries without one are 1).
+constexpr int kRevision = 2;
+
 nlohmann::json readCache(const std::string& path)
 {
     std::ifstream in(path);
@@ -111,7 +117,7 @@ void saveFixedCosts(const std::map<std::string, FixedCosts>& costs, const std::s
 {
     const std::string path = fixedCostsCachePath();
     nlohmann::json all = readCache(path);
-    all[thisCpuKey()] = {{"measured", when}, {"fixedCosts", detail::fixedCostsToJson(costs)}};
+    all[thisCpuKey()] = {{"measured", when}, {"revision", kRevision}, {"fixedCosts", detail::fixedCostsToJson(costs)}};
     std::error_code ec;
     std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
     writeFileAtomically(path, all.dump(2) + "\n");
@@ -122,7 +128,8 @@ std::map<std::string, FixedCosts> loadFixedCosts(std::string* when)
     const std::string path = fixedCostsCachePath();
     const nlohmann::json all = readCache(path);
     auto it = all.find(thisCpuKey());
-    if (it == all.end() || !it->is_object() || !it->contains("fixedCosts"))
+    if (it == all.end() || !it->is_object() || !it->contains("fixedCosts") ||
+        it->value("revision", nlohmann::json(1)) != nlohmann::json(kRevision))
         return {};
     try {
         auto costs = detail::fixedCostsFromJson((*it)["fixedCosts"], path, "");

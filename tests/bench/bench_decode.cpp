@@ -33,6 +33,7 @@
 #include "stowage/mappedfile.h"
 #include "stowage/model.h"
 #include "stowage/planner.h"
+#include "stowage/runtimeenv.h"
 
 #include "../../engine/runtime/families/gemv.h"
 
@@ -413,10 +414,8 @@ int main(int argc, char** argv)
 {
     // As stowage-cli does before loading LibTorch (see app/cli/main.cpp); for a
     // process linked with LibTorch the variable must be there before start.
-    if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT")) {
-        setenv("GOMP_SPINCOUNT", "5000", 1);
+    if (stowage::prepareRuntimeEnvironment())
         execv("/proc/self/exe", argv);
-    }
     at::set_num_threads(int(std::max(1u, std::thread::hardware_concurrency())));
     if (argc >= 9 && std::string(argv[1]) == "--case") {
         CaseSpec c;

@@ -36,7 +36,8 @@ HEADERS = {
                 "units.h"],
     "model": ["moduletree.h", "families.h", "quantization.h"],
     "plan": ["device.h", "planner.h", "kvcache.h", "costmodel.h", "hardware.h", "moduledevices.h",
-             "placementlayout.h", "shop.h", "gpuorder.h", "deploy.h"],
+             "placementlayout.h", "shop.h", "gpuorder.h", "deploy.h",
+             "runtimeenv.h"],
     "runtime": ["generate.h", "model.h", "runtimeinfo.h", "session.h", "telemetry.h"],
     "tokenizer": ["tokenizer.h", "chattemplate.h"],
 }

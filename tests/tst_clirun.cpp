@@ -51,11 +51,30 @@ void TestCliRun::runOffloadedAndSimulatedGiveAllCpuTokens()
     QVERIFY2(offMap.dump().find("disk") != std::string::npos, offMap.dump().c_str());
     // a simulated GPU, RAM and disk, with every policy
     for (const char* policy : {"accelerate-like", "prefetch", "compute-where-it-lives"}) {
-        auto sim = fixtures::runCli(common + QStringList{"--max-memory", "0=15000", "--max-memory", "cpu=15000",
-                                                         "--offload-folder", dir + "/off", "--simulate-gpus",
-                                                         "--policy", policy});
+        auto sim = fixtures::runCli(common + QStringList{"--max-memory", "0=60000", "--max-memory", "cpu=35000",
+                                                         "--kv-cache", "32", "--offload-folder", dir + "/off",
+                                                         "--simulate-gpus", "--policy", policy});
         QCOMPARE(sim.exitCode, 0);
         QCOMPARE(tokensOf(sim), ref);
+        // What crossed the link: the GPU's own weights once, at dispatch,
+        // and under every policy but compute-where-it-lives the RAM and disk
+        // layers again for each step. Compute-where-it-lives multiplies
+        // those where they live, the disk ones read in place from the
+        // mapping (without a profile the CPU counts as the faster reader).
+        const auto j = nlohmann::json::parse(sim.out.toStdString());
+        uint64_t onGpu = 0;
+        for (const auto& d : j["placement"])
+            if (d["device"] == "0")
+                onGpu = d["planned_bytes"].get<uint64_t>(); // the weights the plan put there
+        const std::string map = j["device_map"].dump();
+        for (const char* where : {"0", "\"cpu\"", "\"disk\""}) // a GPU, RAM and disk
+            QVERIFY2(map.find(where) != std::string::npos, map.c_str());
+        QVERIFY2(onGpu > 0, j.dump().c_str());
+        const uint64_t h2d = j["traffic"]["host_to_device_bytes"].get<uint64_t>();
+        if (std::string(policy) == "compute-where-it-lives")
+            QCOMPARE(h2d, onGpu);
+        else
+            QVERIFY2(h2d > 10 * onGpu, j["traffic"].dump().c_str());
     }
 }
 

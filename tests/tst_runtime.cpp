@@ -151,6 +151,7 @@ private slots:
     void tiedHeadDoesNotPrefetchASecondCopy();
     void prefetchRunsAheadOnlyWithRoom();
     void settleWaitsForTheFetchUnderWay();
+    void simulatedLinkCarriesEveryByte();
     void sessionLoadsTheCheckpointItIsGiven();
     void cacheHoldsPositionsPastItsFirstBlock_data();
     void cacheHoldsPositionsPastItsFirstBlock();
@@ -664,6 +665,37 @@ void TestRuntime::settleWaitsForTheFetchUnderWay()
     const auto held = m->telemetry().resident();
     // the weights, and the two layers' KV caches (2 x 2 x 16 positions x 16 x 4 = 4,096)
     QCOMPARE(held.count("0") ? held.at("0") : uint64_t(0), g.resident + 4'096);
+}
+
+
+void TestRuntime::simulatedLinkCarriesEveryByte()
+{
+    // A simulated link sleeps once what its copies owe is worth a sleep
+    // (WeightStore::crossSimulatedLink), not once per weight; every byte is
+    // still carried at its rate. Sixteen blocks in RAM cross a link that
+    // moves one block in 2.5 ms, each of its weights (a third of it at most)
+    // in less than the slack (1 ms): a pass copies each block once, so it
+    // lasts at least the link's time for them (40 ms), less the one slack the
+    // link may still be owed. Only what the copies owe together makes the
+    // link sleep at all; the pass computes in a few ms.
+    const BlocksInRam g(path("gpt2-link"), 16);
+    for (ExecutionPolicy policy : {ExecutionPolicy::AccelerateLike, ExecutionPolicy::Prefetch}) {
+        LoadOptions o = g.options;
+        o.policy = policy;
+        o.simulatedPcieBytesPerSecond = double(g.layer) / 0.0025;
+        auto m = Model::load(g.ck, g.tree, o);
+        m->resetCache();
+        const uint64_t before = m->telemetry().h2dBytes();
+        QElapsedTimer t;
+        t.start();
+        m->forward({1, 2, 3});
+        const double seconds = double(t.nsecsElapsed()) / 1e9;
+        const uint64_t carried = m->telemetry().h2dBytes() - before;
+        // (and the prefetcher may have begun the next pass's first block)
+        QVERIFY2(carried >= 16 * g.layer && carried <= 17 * g.layer, qPrintable(QString::number(carried)));
+        const double linkTime = double(16 * g.layer) / o.simulatedPcieBytesPerSecond; // 40 ms
+        QVERIFY2(seconds >= linkTime - 1e-3 - 1e-4, qPrintable(QString("%1 s for %2 s of link").arg(seconds).arg(linkTime)));
+    }
 }
 
 // stowage-cli run and the worker open the checkpoint to check their options

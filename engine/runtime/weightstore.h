@@ -141,6 +141,12 @@ private:
     // Sleeps, interruptibly: throws Stopped when asked to, and Cancelled when
     // `going` (a load's progress check) returns false.
     void pause(double seconds, const std::function<bool()>& going = {}) const;
+    // A copy of `bytes` that began at `t0` crosses the simulated link
+    // (simulatedPcieBytesPerSecond): copies queue on it one after another,
+    // and the caller waits for the link once it owes more than kLinkSlack
+    // (a sleep shorter than that oversleeps by a good part of itself).
+    void crossSimulatedLink(uint64_t bytes, double t0, const std::function<bool()>& going = {});
+    static constexpr double kLinkSlack = 1e-3;
     void prefetchLoop();
     // The unit the prefetcher should fetch next, or nullptr (under m_mutex).
     Unit* nextToPrefetch();
@@ -166,6 +172,8 @@ private:
 
     std::mutex m_mutex;
     std::condition_variable m_cv;
+    std::mutex m_linkMutex;
+    double m_linkFree = 0; // when the simulated link has carried every copy so far (m_telemetry's clock)
     // Position in m_order of the unit entered last: the prefetcher works
     // ahead of it; -1 until the next enter() (after a failure, say).
     int64_t m_entered = -1;

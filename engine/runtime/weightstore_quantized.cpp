@@ -138,8 +138,8 @@ void WeightStore::fetchQuantized(Unit& u, size_t i, TraceKind kind, const RtDevi
     }
     if (on.device.kind == Device::Gpu && s.homeDev != &on) {
         m_telemetry.addH2D(moved);
-        if (on.simulated && m_options.simulatedPcieBytesPerSecond > 0)
-            pause(double(moved) / m_options.simulatedPcieBytesPerSecond - (m_telemetry.now() - t0));
+        if (on.simulated)
+            crossSimulatedLink(moved, t0);
     }
     m_telemetry.event({t0, m_telemetry.now(), kind, u.name, s.name, on.label(), s.bytes});
 }

@@ -140,7 +140,7 @@ void TestCliRun::hardwareMeasuresFixedCostsOncePerMachine()
     QTemporaryDir cache;
     const QByteArray before = qgetenv("STOWAGE_CACHE_DIR");
     qputenv("STOWAGE_CACHE_DIR", cache.path().toUtf8());
-    auto r = fixtures::runCli({"hardware"}, 600000); // hang guard only: a few seconds
+    auto r = fixtures::runCli({"hardware"}, 600000); // hang guard only: about 15 s
     auto again = fixtures::runCli({"hardware", "--no-fixed-costs", "--json"});
     qputenv("STOWAGE_CACHE_DIR", before);
     QCOMPARE(r.exitCode, 0);
@@ -158,6 +158,12 @@ void TestCliRun::hardwareMeasuresFixedCostsOncePerMachine()
         QVERIFY2(costs[policy]["perToken"].get<double>() + costs[policy]["perUnit"].get<double>() > 0,
                  costs.dump().c_str());
     }
+    // Accelerate-like's copies of disk weights into new tensors, timed: a
+    // memory copy, slower than nothing and not past a terabyte a second.
+    const double copy = costs["accelerate-like"].value("copyBandwidth", 0.0);
+    QVERIFY2(copy > 1e7 && copy < 1e12, costs.dump().c_str());
+    QVERIFY(!costs["prefetch"].contains("copyBandwidth")); // it reads disk weights in place
+    QVERIFY(QString(r.out).contains("disk weights copied at"));
     QCOMPARE(again.exitCode, 0);
     const auto profile = nlohmann::json::parse(again.out.toStdString());
     QCOMPARE(profile["fixedCosts"].dump(), costs.dump());

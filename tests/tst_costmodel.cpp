@@ -288,6 +288,16 @@ void TestCostModel::cpuReadsDiskInPlace()
     QVERIFY(near(disk(ExecutionPolicy::AccelerateLike).seconds, 2e9 / 1e9 + 2e9 / 50e9));
     QCOMPARE(disk(ExecutionPolicy::AccelerateLike).bottleneck, std::string("copy into fresh memory"));
     QVERIFY(near(disk(ExecutionPolicy::Prefetch).seconds, 2e9 / 50e9)); // in place: no copy at all
+    // The runtime's own copies, timed by `stowage-cli hardware`, win over the
+    // fresh-pages figure; another policy's timing does not apply.
+    p.fixedCosts["prefetch"].copyBandwidth = 8e9;
+    QVERIFY(near(disk(ExecutionPolicy::AccelerateLike).seconds, 2e9 / 1e9 + 2e9 / 50e9));
+    p.fixedCosts["accelerate-like"].copyBandwidth = 4e9;
+    QVERIFY(near(disk(ExecutionPolicy::AccelerateLike).seconds, 2e9 / 4e9 + 2e9 / 50e9));
+    // never faster than a copy out of the page cache
+    p.fixedCosts["accelerate-like"].copyBandwidth = 40e9;
+    QVERIFY(near(disk(ExecutionPolicy::AccelerateLike).seconds, 2e9 / 20e9 + 2e9 / 50e9));
+    p.fixedCosts.clear();
     p.freshCopyBandwidth = 0;
     p.ramBytes = 2 * kGB; // 3 GB do not fit: cold
     QVERIFY(near(disk(ExecutionPolicy::Prefetch).seconds, 2e9 / 3e9));
@@ -519,6 +529,10 @@ void TestCostModel::fixedCostsInProfileJson()
     QCOMPARE(q.fixedCosts.at("accelerate-like").perUnit, 3e-4);
     QCOMPARE(q.fixedCosts.at("accelerate-like").perDiskUnit, 1e-4);
     QCOMPARE(q.fixedCosts.at("compute-where-it-lives").perToken, 1e-3);
+    QCOMPARE(q.fixedCosts.at("accelerate-like").copyBandwidth, 0.0); // not timed: not written
+    QVERIFY(profileToJson(p).find("copyBandwidth") == std::string::npos);
+    p.fixedCosts["accelerate-like"].copyBandwidth = 3.2e9;
+    QCOMPARE(profileFromJson(profileToJson(p), "p.json").fixedCosts.at("accelerate-like").copyBandwidth, 3.2e9);
     auto err = [](const std::string& costs) {
         return errorOf([&] { profileFromJson(profileWith("cpuFlops", "1e12, \"fixedCosts\": " + costs), "hw.json"); });
     };
@@ -527,6 +541,8 @@ void TestCostModel::fixedCostsInProfileJson()
     QVERIFY(err(R"({"fast": {"perToken": 0.001}})").contains("unknown policy \"fast\""));
     QVERIFY(err(R"({"prefetch": {"perTok": 0.001}})").contains("unknown field \"perTok\""));
     QVERIFY(err("[1]").contains("fixedCosts must be an object"));
+    QVERIFY(err(R"({"accelerate-like": {"copyBandwidth": -1}})")
+                .contains("fixedCosts.accelerate-like.copyBandwidth must be a non-negative number of bytes per second"));
     QVERIFY(err(R"({"prefetch": {"perToken": 0.001}})").isEmpty());
 }
 

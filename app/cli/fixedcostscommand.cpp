@@ -23,7 +23,7 @@ extern "C" int stowage_cli_fixed_costs(int, char**)
                          fs::temp_directory_path().c_str());
             return 1;
         }
-        std::fprintf(stderr, "timing the fixed costs of a decode step (a few seconds)...\n");
+        std::fprintf(stderr, "timing the fixed costs of a decode step (about 15 seconds)...\n");
         std::map<std::string, stowage::FixedCosts> costs;
         try {
             costs = stowage::measureFixedCosts(pattern, stowage::measureThisMachine());

@@ -228,9 +228,13 @@ int hardwareCommand(const std::vector<std::string>& argv, const std::function<in
                         hw.gpus[i].memoryBandwidth / 1e9, hw.gpus[i].h2dPinned / 1e9, hw.gpus[i].h2dPageable / 1e9);
         std::printf("  RAM    %s at %.1f GB/s, disk %.1f GB/s, CPU %.0f GFLOP/s\n", humanBytes(hw.ramBytes).c_str(),
                     hw.ramBandwidth / 1e9, hw.diskReadBandwidth / 1e9, hw.cpuFlops / 1e9);
-        for (const auto& [policy, c] : hw.fixedCosts)
-            std::printf("  fixed costs %-23s %6.0f us per token, %5.0f us per layer, %5.0f us more per layer on disk\n",
+        for (const auto& [policy, c] : hw.fixedCosts) {
+            std::printf("  fixed costs %-23s %6.0f us per token, %5.0f us per layer, %5.0f us more per layer on disk",
                         policy.c_str(), c.perToken * 1e6, c.perUnit * 1e6, c.perDiskUnit * 1e6);
+            if (c.copyBandwidth > 0)
+                std::printf("; disk weights copied at %.1f GB/s", c.copyBandwidth / 1e9);
+            std::printf("\n");
+        }
         if (!hw.sources.empty())
             std::printf("  %s\n", hw.sources.c_str()); // which figures are measured, which assumed
     }

@@ -91,6 +91,17 @@ GpuProfile assumedGpu()
     return g;
 }
 
+namespace {
+// Bytes/s of accelerate-like's copy of a disk weight into a new CPU tensor.
+double copyRateOf(const HardwareProfile& profile, ExecutionPolicy policy)
+{
+    if (auto it = profile.fixedCosts.find(policyName(policy));
+        it != profile.fixedCosts.end() && it->second.copyBandwidth > 0)
+        return it->second.copyBandwidth;
+    return profile.freshCopyBandwidth;
+}
+} // namespace
+
 bool ramLayerRunsOnCpu(const HardwareProfile& profile, const GpuProfile& gpu)
 {
     return 1.0 / profile.ramBandwidth < 1.0 / gpu.h2dPinned + 1.0 / gpu.memoryBandwidth;
@@ -215,9 +226,12 @@ CostEstimate estimateImpl(const std::vector<std::pair<Device, uint64_t>>& placem
                                           ramLayerRunsOnCpu(profile, gpuProfile(*execGpu)));
         if (inPlace && policy != ExecutionPolicy::AccelerateLike)
             return warm ? cpuCompute(bytes, flops) : overlap({drive, cpuCompute(bytes, flops)});
-        if (!execGpu && warm && profile.freshCopyBandwidth > 0) // a new CPU tensor per weight per token
-            return then({bytes / std::min(cacheRate, profile.freshCopyBandwidth), "copy into fresh memory"},
-                        cpuCompute(bytes, flops));
+        // A new CPU tensor per weight per token: the rate the runtime was
+        // timed copying at (FixedCosts::copyBandwidth), else a copy into
+        // fresh pages throughout (the profile's, the slowest case).
+        const double fresh = copyRateOf(profile, policy);
+        if (!execGpu && warm && fresh > 0)
+            return then({bytes / std::min(cacheRate, fresh), "copy into fresh memory"}, cpuCompute(bytes, flops));
         const Cost read = warm ? cached : drive;
         const double copiedBefore = streamed.copy;
         const Cost c = then(read, ramResident(bytes, flops)); // copied out, then as RAM-resident

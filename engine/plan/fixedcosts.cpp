@@ -23,7 +23,11 @@ nlohmann::json fixedCostsToJson(const std::map<std::string, FixedCosts>& costs)
 {
     nlohmann::json j = nlohmann::json::object();
     for (const auto& [policy, c] : costs)
+    {
         j[policy] = {{"perToken", c.perToken}, {"perUnit", c.perUnit}, {"perDiskUnit", c.perDiskUnit}};
+        if (c.copyBandwidth > 0)
+            j[policy]["copyBandwidth"] = c.copyBandwidth;
+    }
     return j;
 }
 
@@ -43,13 +47,16 @@ std::map<std::string, FixedCosts> fixedCostsFromJson(const nlohmann::json& j, co
             fail("." + policy + " must be an object");
         FixedCosts c;
         for (const auto& [key, x] : v.items()) {
-            double* field = key == "perToken" ? &c.perToken : key == "perUnit" ? &c.perUnit
-                            : key == "perDiskUnit"                              ? &c.perDiskUnit
-                                                                                : nullptr;
+            double* field = key == "perToken"        ? &c.perToken
+                            : key == "perUnit"       ? &c.perUnit
+                            : key == "perDiskUnit"   ? &c.perDiskUnit
+                            : key == "copyBandwidth" ? &c.copyBandwidth
+                                                     : nullptr;
             if (!field)
                 fail("." + policy + ": unknown field \"" + key + "\"");
             if (!x.is_number() || !(x.get<double>() >= 0) || !std::isfinite(x.get<double>()))
-                fail("." + policy + "." + key + " must be a non-negative number of seconds, got " + x.dump());
+                fail("." + policy + "." + key + " must be a non-negative number of " +
+                     (field == &c.copyBandwidth ? "bytes per second" : "seconds") + ", got " + x.dump());
             *field = x.get<double>();
         }
         out[policy] = c;
@@ -95,8 +102,9 @@ namespace {
 // Which runtime measured a cache entry: raised when the runtime's cost per
 // step changes, so that an entry measured before is measured again rather
 // than predicting from costs the runtime no longer has (2: OpenBLAS's threads
-// no longer spin beside decode, runtimeenv.h; entries without one are 1).
-constexpr int kRevision = 2;
+// no longer spin beside decode, runtimeenv.h; 3: accelerate-like's copy rate
+// timed, FixedCosts::copyBandwidth; entries without one are 1).
+constexpr int kRevision = 3;
 
 nlohmann::json readCache(const std::string& path)
 {

@@ -23,18 +23,21 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A Llama of `layers` layers, hidden 64 in two heads of 32 (a head width the
-// decode kernels take, as real checkpoints' are: with heads of 8 the
-// attention fell back to LibTorch's operations and a layer cost twice what
-// the demo's does): ~160 KB per layer in float32.
-fs::path writeTinyLlama(const fs::path& dir, int layers)
+// A Llama of `layers` layers in heads of 32 (a head width the decode
+// kernels take, as real checkpoints' are: with heads of 8 the attention fell
+// back to LibTorch's operations and a layer cost twice what the demo's
+// does). Hidden 64: ~160 KB per layer in float32.
+fs::path writeTinyLlama(const fs::path& dir, int layers, int hidden = 64, int intermediate = 128)
 {
-    const fs::path out = dir / ("llama-" + std::to_string(layers));
+    const fs::path out = dir / ("llama-" + std::to_string(layers) + "-" + std::to_string(hidden));
     fs::create_directories(out);
     const std::string config = R"({"model_type": "llama", "architectures": ["LlamaForCausalLM"],
- "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": )" +
-                               std::to_string(layers) + R"(, "num_attention_heads": 2,
- "num_key_value_heads": 2, "vocab_size": 128, "max_position_embeddings": 256, "rms_norm_eps": 1e-05,
+ "hidden_size": )" + std::to_string(hidden) + R"(, "intermediate_size": )" +
+                               std::to_string(intermediate) + R"(, "num_hidden_layers": )" +
+                               std::to_string(layers) + R"(, "num_attention_heads": )" +
+                               std::to_string(hidden / 32) + R"(,
+ "num_key_value_heads": )" + std::to_string(hidden / 32) +
+                               R"(, "vocab_size": 128, "max_position_embeddings": 256, "rms_norm_eps": 1e-05,
  "tie_word_embeddings": false, "torch_dtype": "float32"})";
     std::ofstream(out / "config.json") << config;
     std::mt19937 rng{static_cast<uint32_t>(layers)};
@@ -61,6 +64,7 @@ struct Timed {
     double secondsPerToken = 0; // measured, the quickest of a few runs
     double modelled = 0;        // what the cost model counts for the bytes alone
     int units = 0;
+    uint64_t diskBytes = 0; // the map's bytes on disk
 };
 
 Timed timeDecode(const fs::path& path, const DeviceMap& map, ExecutionPolicy policy, const HardwareProfile& bytesOnly)
@@ -90,6 +94,9 @@ Timed timeDecode(const fs::path& path, const DeviceMap& map, ExecutionPolicy pol
     const Plan plan = planFromDeviceMap(tree, map, "timing");
     t.modelled = estimateDecode(plan, tree, bytesOnly, policy).secondsPerToken;
     t.units = int(executionUnits(tree).size());
+    for (const DeviceTotal& d : plan.devices)
+        if (d.device.kind == Device::Disk)
+            t.diskBytes += d.used;
     return t;
 }
 
@@ -109,19 +116,40 @@ std::map<std::string, FixedCosts> measureFixedCosts(const std::string& scratchDi
                          {"model.rotary_emb", Device::cpu()},
                          {"lm_head", Device::cpu()}};
     std::map<std::string, FixedCosts> out;
+    // Accelerate-like copies each disk weight into a new tensor every token.
+    // What that costs depends on glibc's allocator (freed memory reused, or
+    // given back and faulted in anew), so it is timed as the runtime does it:
+    // two layers on disk against the same in RAM, with the 4 and 11 MiB
+    // weights of a 1B-class layer (hidden 1024; real checkpoints' are larger
+    // still). Smaller weights fool it: hidden 512's 1-2.75 MB ones were all
+    // reused, 14.8 GB/s, while a 440 MB Llama's copies ran 3.2-3.5 GB/s (its
+    // 11 MiB weights fault every page) and the profile's freshCopyBandwidth,
+    // every copy into fresh pages, says 2.4.
+    {
+        const fs::path mid = writeTinyLlama(dir, 2, 1024, 2816);
+        const Timed r = timeDecode(mid, ram, ExecutionPolicy::AccelerateLike, profile),
+                    d = timeDecode(mid, disk, ExecutionPolicy::AccelerateLike, profile);
+        const double copying = d.secondsPerToken - r.secondsPerToken;
+        if (copying > 0 && d.diskBytes > 0)
+            out[policyName(ExecutionPolicy::AccelerateLike)].copyBandwidth = double(d.diskBytes) / copying;
+    }
     for (ExecutionPolicy pol :
          {ExecutionPolicy::AccelerateLike, ExecutionPolicy::Prefetch, ExecutionPolicy::ComputeWhereItLives}) {
-        const Timed a = timeDecode(small, ram, pol, profile), b = timeDecode(large, ram, pol, profile),
-                    d = timeDecode(large, disk, pol, profile);
+        // The bytes' cost with the copy rate just timed, so that what is
+        // left over is fixed.
+        HardwareProfile bytesOnly = profile;
+        if (auto it = out.find(policyName(pol)); it != out.end())
+            bytesOnly.fixedCosts[policyName(pol)] = it->second;
+        const Timed a = timeDecode(small, ram, pol, bytesOnly), b = timeDecode(large, ram, pol, bytesOnly),
+                    d = timeDecode(large, disk, pol, bytesOnly);
         // Measured minus modelled, per token: fixed(a) = token + units(a) x unit.
         const double fa = std::max(0.0, a.secondsPerToken - a.modelled),
                      fb = std::max(0.0, b.secondsPerToken - b.modelled),
                      fd = std::max(0.0, d.secondsPerToken - d.modelled);
-        FixedCosts c;
+        FixedCosts& c = out[policyName(pol)];
         c.perUnit = std::max(0.0, (fb - fa) / double(b.units - a.units));
         c.perToken = std::max(0.0, fa - c.perUnit * a.units);
         c.perDiskUnit = std::max(0.0, (fd - fb) / double(many));
-        out[policyName(pol)] = c;
     }
     return out;
 }

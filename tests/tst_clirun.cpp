@@ -140,7 +140,30 @@ void TestCliRun::hardwareMeasuresFixedCostsOncePerMachine()
     QTemporaryDir cache;
     const QByteArray before = qgetenv("STOWAGE_CACHE_DIR");
     qputenv("STOWAGE_CACHE_DIR", cache.path().toUtf8());
+    // A timing killed midway left its scratch folder (named by its pid): the
+    // next one removes it, and leaves a live process's alone.
+    QTemporaryDir scratch;
+    QProcess gone;
+    gone.start("true", {});
+    QVERIFY(gone.waitForStarted());
+    const qint64 deadPid = gone.processId();
+    QVERIFY(gone.waitForFinished());
+    const QString left = scratch.path() + QStringLiteral("/stowage-fixed-costs-%1-abcdef").arg(deadPid);
+    const QString live = scratch.path() + QStringLiteral("/stowage-fixed-costs-%1-abcdef").arg(QCoreApplication::applicationPid());
+    for (const QString& d : {left, live}) {
+        QVERIFY(QDir().mkpath(d + "/llama-2-64"));
+        fixtures::writeBytes((d + "/llama-2-64/model.safetensors").toStdString(), "x");
+    }
+    const QByteArray tmpBefore = qgetenv("TMPDIR");
+    qputenv("TMPDIR", scratch.path().toUtf8());
     auto r = fixtures::runCli({"hardware"}, 600000); // hang guard only: about 15 s
+    if (tmpBefore.isNull())
+        qunsetenv("TMPDIR");
+    else
+        qputenv("TMPDIR", tmpBefore);
+    QVERIFY(!QFileInfo::exists(left));
+    QVERIFY(QFileInfo::exists(live + "/llama-2-64/model.safetensors"));
+    QCOMPARE(QDir(scratch.path()).entryList(QDir::Dirs | QDir::NoDotAndDotDot), QStringList{QFileInfo(live).fileName()});
     auto again = fixtures::runCli({"hardware", "--no-fixed-costs", "--json"});
     qputenv("STOWAGE_CACHE_DIR", before);
     QCOMPARE(r.exitCode, 0);

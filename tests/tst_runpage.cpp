@@ -10,6 +10,7 @@
 #include "budgetmodel.h"
 #include "calibration.h"
 #include "display.h"
+#include "fixedcoststiming.h"
 #include "fixtures.h"
 #include "mainwindow.h"
 #include "placementmap.h"
@@ -28,6 +29,7 @@
 #include <QElapsedTimer>
 #include <QProcess>
 #include <QPushButton>
+#include <QStatusBar>
 #include <QSignalSpy>
 #include <QTabWidget>
 #include <QSet>
@@ -130,6 +132,7 @@ private slots:
     void generateWithNothingLoadedDoesNothing();
     void stopMidStepSaysSo();
     void runsCalibrateThePrediction();
+    void windowTimesThisMachineOnce();
 };
 
 void TestRunPage::initTestCase()
@@ -600,6 +603,60 @@ void TestRunPage::runsCalibrateThePrediction()
     QCOMPARE(row(ExecutionPolicy::Prefetch).calibrationRuns, 0);
     QVERIFY(!speedText(ExecutionPolicy::Prefetch).contains("calibrated"));
     QCOMPARE(Calibration(planning->calibration()->machine()).totalRuns(), 0);
+}
+
+void TestRunPage::windowTimesThisMachineOnce()
+{
+    // No fixed costs kept for this CPU: the window times them in the
+    // background (`stowage-cli hardware`), says so with a Stop button, and
+    // its predictions then count them; Stop ends a timing and keeps nothing;
+    // a later window finds them kept and times nothing.
+    QTemporaryDir cache;
+    const QByteArray before = qgetenv("STOWAGE_CACHE_DIR");
+    qputenv("STOWAGE_CACHE_DIR", cache.path().toUtf8());
+    const QString kept = cache.path() + "/fixed-costs.json";
+    MainWindow::Options o = options();
+    o.probeMachine = true;
+    o.timeFixedCosts = true;
+    auto stopButton = [](MainWindow& w) -> QPushButton* {
+        auto* status = w.statusBar()->findChild<QWidget*>("fixedCostTiming");
+        return status ? status->findChild<QPushButton*>() : nullptr;
+    };
+    {
+        MainWindow w(o);
+        QTRY_VERIFY_WITH_TIMEOUT(w.fixedCostTiming() && w.fixedCostTiming()->running(), 60000);
+        QPushButton* stop = stopButton(w);
+        QVERIFY(stop);
+        stop->click();
+        QVERIFY(!w.fixedCostTiming());
+        QTRY_VERIFY(!stopButton(w)); // gone once the event loop has run
+        QVERIFY2(w.statusBar()->currentMessage().contains("Stopped timing"), qPrintable(w.statusBar()->currentMessage()));
+        QVERIFY(!QFileInfo::exists(kept));
+        QVERIFY(w.planningPage()->thisMachine() && w.planningPage()->thisMachine()->fixedCosts.empty());
+    }
+    {
+        MainWindow w(o);
+        QTRY_VERIFY_WITH_TIMEOUT(w.fixedCostTiming(), 60000);
+        QVERIFY(stopButton(w));
+        QTRY_VERIFY_WITH_TIMEOUT(!w.fixedCostTiming(), 600000); // hang guard only: about 15 s
+        QVERIFY2(w.statusBar()->currentMessage().contains("now count this machine's fixed costs"),
+                 qPrintable(w.statusBar()->currentMessage()));
+        QTRY_VERIFY(!stopButton(w));
+        QVERIFY(QFileInfo::exists(kept));
+        const auto& hw = w.planningPage()->thisMachine();
+        QVERIFY(hw && hw->fixedCosts.size() == 3);
+        QVERIFY(hw->fixedCosts.at("accelerate-like").copyBandwidth > 0);
+    }
+    {
+        MainWindow w(o);
+        QTRY_VERIFY_WITH_TIMEOUT(w.planningPage()->thisMachine(), 60000);
+        QVERIFY(!w.fixedCostTiming()); // kept: nothing to time
+        QCOMPARE(w.planningPage()->thisMachine()->fixedCosts.size(), size_t(3));
+    }
+    if (before.isNull())
+        qunsetenv("STOWAGE_CACHE_DIR");
+    else
+        qputenv("STOWAGE_CACHE_DIR", before);
 }
 
 QTEST_MAIN(TestRunPage)

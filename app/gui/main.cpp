@@ -35,6 +35,7 @@ int main(int argc, char** argv)
     options.restoreSettings = !screenshot;
     // Budgets given on the command line win over the demo's own.
     options.demoBudgets = !parser.isSet("max-memory") && !parser.isSet("hardware");
+    options.timeFixedCosts = !screenshot; // once per CPU, in the background
     stowage::MainWindow w(options);
     QString path = parser.positionalArguments().value(0);
     if (path.isEmpty())

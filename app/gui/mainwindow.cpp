@@ -4,6 +4,8 @@
 #include "budgetmodel.h"
 #include "devicemapmodel.h"
 #include "display.h"
+#include "fixedcoststiming.h"
+#include "workerclient.h"
 #include "hubcachedialog.h"
 #include "moduletreemodel.h"
 #include "planningpage.h"
@@ -32,6 +34,7 @@
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QMimeData>
+#include <QPushButton>
 #include <QScrollArea>
 #include <QSettings>
 #include <QShortcut>
@@ -345,8 +348,55 @@ void MainWindow::probeMachine()
             if (const int row = budgetModel()->rowOf(Device::gpu(int(i))); row >= 0 && !budgetModel()->at(row).simulated)
                 budgetModel()->setHardware(row, QString::fromStdString(hw.gpus[i].name), hw.gpus[i].memoryBytes);
         m_page->setThisMachine(hw);
+        if (m_options.timeFixedCosts && hw.fixedCosts.empty())
+            timeFixedCosts();
     });
     watcher->setFuture(QtConcurrent::run([] { return measureThisMachine(); }));
+}
+
+void MainWindow::timeFixedCosts()
+{
+    if (m_timing)
+        return;
+    m_timing = new FixedCostTiming(m_options.workerProgram.isEmpty() ? WorkerClient::defaultProgram()
+                                                                     : m_options.workerProgram,
+                                   this);
+    m_timingStatus = new QWidget(statusBar());
+    m_timingStatus->setObjectName("fixedCostTiming");
+    auto* row = new QHBoxLayout(m_timingStatus);
+    row->setContentsMargins(0, 0, 0, 0);
+    row->addWidget(new QLabel(tr("Timing this machine for the predictions (about 15 s, once)…"), m_timingStatus));
+    auto* stop = new QPushButton(tr("Stop"), m_timingStatus);
+    stop->setToolTip(tr("Predictions count bytes only until this machine's fixed costs per token and layer are "
+                        "timed (stowage-cli hardware times them too)"));
+    row->addWidget(stop);
+    statusBar()->addPermanentWidget(m_timingStatus);
+    connect(stop, &QPushButton::clicked, this, [this] {
+        m_timing->stop();
+        endFixedCostTiming(tr("Stopped timing this machine: predictions count bytes only, without its fixed costs"));
+    });
+    connect(m_timing, &FixedCostTiming::finished, this, [this](const HardwareProfile& hw) {
+        m_page->setThisMachine(hw);
+        endFixedCostTiming(tr("Predictions now count this machine's fixed costs per token and layer"));
+    });
+    connect(m_timing, &FixedCostTiming::failed, this, [this](const QString& why) {
+        endFixedCostTiming(tr("Could not time this machine's fixed costs: %1").arg(why));
+    });
+    m_timing->start();
+}
+
+void MainWindow::endFixedCostTiming(const QString& message)
+{
+    if (m_timingStatus) {
+        statusBar()->removeWidget(m_timingStatus);
+        m_timingStatus->deleteLater();
+        m_timingStatus = nullptr;
+    }
+    if (m_timing) {
+        m_timing->deleteLater();
+        m_timing = nullptr;
+    }
+    statusBar()->showMessage(message, 10000);
 }
 
 MainWindow::BudgetState MainWindow::budgetState() const

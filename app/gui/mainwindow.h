@@ -19,6 +19,8 @@ class QTreeView;
 
 namespace stowage {
 
+class FixedCostTiming;
+
 class BudgetModel;
 class DeviceMapModel;
 class HubCacheDialog;
@@ -34,6 +36,9 @@ public:
         bool restoreSettings = true; // budgets, simulated GPUs, window state from QSettings
         QString workerProgram;       // stowage-cli for runs; empty: WorkerClient's default
         bool demoBudgets = true;     // the demo opens on budgets that use a simulated GPU, RAM and disk
+        // With probeMachine: time this CPU's fixed costs of a decode step in
+        // the background (`stowage-cli hardware`, ~15 s) when none are kept.
+        bool timeFixedCosts = false;
     };
     MainWindow();
     explicit MainWindow(Options options, QWidget* parent = nullptr);
@@ -47,6 +52,8 @@ public:
     QTreeView* moduleView() const { return m_view; }
     PlanningPage* planningPage() const { return m_page; }
     RunPage* runPage() const { return m_run; }
+    // The background timing of this machine's fixed costs; null when none is under way.
+    FixedCostTiming* fixedCostTiming() const { return m_timing; }
     // Plan (0) or Run (1).
     QTabWidget* pages() const { return m_pages; }
     BudgetModel* budgetModel() const;
@@ -87,6 +94,8 @@ private:
     void rememberRecent(const QString& path);
     void rebuildRecentMenu();
     void probeMachine();
+    void timeFixedCosts();
+    void endFixedCostTiming(const QString& message);
     void saveSettings() const;
     void restoreBudgets();
     // Budgets as settings keep them: simulated GPUs ("preset|hardware|capacity") and bytes per device name.
@@ -119,6 +128,8 @@ private:
     int m_job = 0;
     bool m_syncing = false;
     std::optional<BudgetState> m_budgetsBeforeDemo; // set while the demo's budgets are on
+    FixedCostTiming* m_timing = nullptr;
+    QWidget* m_timingStatus = nullptr; // its line and Stop button in the status bar
 };
 
 } // namespace stowage

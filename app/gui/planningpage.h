@@ -66,6 +66,7 @@ public:
                   const QString& modelPath);
     // This machine's figures for predictions (measured off the GUI thread).
     void setThisMachine(const HardwareProfile& profile);
+    const std::optional<HardwareProfile>& thisMachine() const { return m_thisMachine; }
     // Shows a user's map instead of a planned one until the next change.
     // Returns false (and shows why) when the text is not a device map.
     bool importMap(const QString& json, const QString& source);

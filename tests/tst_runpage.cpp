@@ -638,6 +638,10 @@ void TestRunPage::windowTimesThisMachineOnce()
         MainWindow w(o);
         QTRY_VERIFY_WITH_TIMEOUT(w.fixedCostTiming(), 60000);
         QVERIFY(stopButton(w));
+        if (!shotDir().isEmpty()) {
+            w.resize(1400, 900);
+            w.grab().save(shotDir() + "/timing.png");
+        }
         QTRY_VERIFY_WITH_TIMEOUT(!w.fixedCostTiming(), 600000); // hang guard only: about 15 s
         QVERIFY2(w.statusBar()->currentMessage().contains("now count this machine's fixed costs"),
                  qPrintable(w.statusBar()->currentMessage()));

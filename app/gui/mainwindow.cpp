@@ -372,6 +372,8 @@ void MainWindow::timeFixedCosts()
     row->addWidget(stop);
     statusBar()->addPermanentWidget(m_timingStatus);
     connect(stop, &QPushButton::clicked, this, [this] {
+        if (!m_timing) // done a moment ago: the button goes with the next event loop pass
+            return;
         m_timing->stop();
         endFixedCostTiming(tr("Stopped timing this machine: predictions count bytes only, without its fixed costs"));
     });

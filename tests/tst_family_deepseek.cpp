@@ -182,13 +182,14 @@ void TestFamilyDeepseek::tinyTree()
     //     router 4 x 16 = 64; shared 3 x 16 x 8 = 384: 1,984 + 980 = 2,964
     //   embed 1,600, norm 16, lm_head 1,600
     //   total 1,600 + 2,516 + 2 x 2,964 + 16 + 1,600 = 11,660.
-    // Buffers (float32 in any dtype): e_score_correction_bias 4 per MoE layer
-    // (16 bytes), rotary inv_freq + original_inv_freq of rope/2 = 2 each (16).
-    // fp32: 46,640 + 32 + 16 = 46,688; bf16: 23,320 + 48 = 23,368.
+    // Buffers: e_score_correction_bias 4 per MoE layer in the model's dtype
+    // (torch.zeros under the dtype: 16 bytes in fp32, 8 in bf16), rotary
+    // inv_freq + original_inv_freq of rope/2 = 2 each, float32 (16).
+    // fp32: 46,640 + 32 + 16 = 46,688; bf16: 23,320 + 16 + 16 = 23,352.
     ModuleTree t = tiny(DType::F32);
     QCOMPARE(t.root().paramCount, uint64_t(11'660));
     QCOMPARE(t.root().bytes, uint64_t(46'688));
-    QCOMPARE(tiny(DType::BF16).root().bytes, uint64_t(23'368));
+    QCOMPARE(tiny(DType::BF16).root().bytes, uint64_t(23'352));
     QVERIFY(t.missing().empty());
     QVERIFY(t.unexpected().empty());
     QCOMPARE(t.noSplitClasses(), std::vector<std::string>{"DeepseekV3DecoderLayer"});
@@ -237,24 +238,25 @@ void TestFamilyDeepseek::deepseekV3BeforeDownload()
     //     -> 11,507,286,016
     //   3 x 583,483,392 + 58 x 11,507,286,016 = 669,173,039,104; embed and head
     //   2 x 129280 x 7168 = 1,853,358,080; norm 7,168: 671,026,404,352 (the 671B).
-    // bf16 bytes: 1,342,052,808,704 + correction biases 58 x 256 x 4 = 59,392 +
-    // rotary 2 x 32 x 4 = 256: 1,342,052,868,352.
+    // bf16 bytes: 1,342,052,808,704 + correction biases 58 x 256 x 2 = 29,696 +
+    // rotary 2 x 32 x 4 = 256: 1,342,052,838,656 (transformers 5.6's own
+    // compute_module_sizes gives the same: tests/reference/hf56).
     DsShape s{129280, 7168, 18432, 2048, 61, 128, 1536, 512, 64, 128, 128, 256, 1, 3, 8, 4, 8, 1, false};
     ModuleTree t = buildModuleTree(Checkpoint::open(write("deepseek-v3", s, DType::BF16, false)), std::nullopt);
     QCOMPARE(t.root().paramCount, uint64_t(671'026'404'352ull));
-    QCOMPARE(t.root().bytes, uint64_t(1'342'052'868'352ull));
+    QCOMPARE(t.root().bytes, uint64_t(1'342'052'838'656ull));
     QVERIFY(t.missing().empty());
     QVERIFY2(t.unexpected().empty(), t.unexpected().empty() ? "" : t.unexpected()[0].c_str());
     QCOMPARE(t.modules()[size_t(t.find("model.layers"))].children.size(), size_t(61));
     // Sequential over 8 x 80 GB GPUs: the largest layer is a MoE layer,
-    // 11,507,286,016 x 2 + 1,024 = 23,014,573,056 bytes, kept free on GPU 0.
+    // 11,507,286,016 x 2 + 512 = 23,014,572,544 bytes, kept free on GPU 0.
     // GPU 0 takes embed (1,853,358,080), layers 0-2 (1,166,966,784 each) and
-    // MoE layers while used + layer <= 80e9 - 23,014,573,056 = 56,985,426,944:
-    // 1,853,358,080 + 3 x 1,166,966,784 = 5,354,258,432; + 2 x 23,014,573,056
-    // = 51,383,404,544 (layers 3, 4); a third would make 74,397,977,600. GPUs 1-7
-    // take 3 MoE layers each (69,043,719,168 <= 80e9; 4 would be 92.06e9):
-    // layers 5-7, 8-10, ..., 23-25; the CPU (1e12, keeping 23,014,573,056) takes
-    // layers 26-60 (35 x 23,014,573,056 = 805,510,056,960), norm, rotary, head.
+    // MoE layers while used + layer <= 80e9 - 23,014,572,544 = 56,985,427,456:
+    // 1,853,358,080 + 3 x 1,166,966,784 = 5,354,258,432; + 2 x 23,014,572,544
+    // = 51,383,403,520 (layers 3, 4); a third would make 74,397,976,064. GPUs 1-7
+    // take 3 MoE layers each (69,043,717,632 <= 80e9; 4 would be 92.06e9):
+    // layers 5-7, 8-10, ..., 23-25; the CPU (1e12, keeping 23,014,572,544) takes
+    // layers 26-60 (35 x 23,014,572,544 = 805,510,039,040), norm, rotary, head.
     const std::string m = planText(t, budgets({{"0", 80e9}, {"1", 80e9}, {"2", 80e9}, {"3", 80e9}, {"4", 80e9},
                                                {"5", 80e9}, {"6", 80e9}, {"7", 80e9}, {"cpu", 1e12}}),
                                    Strategy::Sequential);

@@ -121,9 +121,12 @@ Skeleton build(const ModelConfig& c, DType dt)
             fuseExperts(sk, L + "mlp.experts.down_proj", s.experts, {{E + "down_proj.weight", {s.hidden, s.moeInter}}});
             const int gate = t.addModule(moe, "gate", "DeepseekV3TopkRouter");
             t.addParam(gate, "weight", {s.experts, s.hidden}, dt);
-            // register_buffer (persistent: the Hub's files hold it), kept in
-            // float32 in any dtype: _keep_in_fp32_modules_strict.
-            t.addBuffer(gate, "e_score_correction_bias", {s.experts}, DType::F32, true);
+            // register_buffer (persistent: the Hub's files hold it) as
+            // torch.zeros, so in the dtype the model is built in: that is
+            // what 5.6's planner sizes (tests/reference/hf56). Loading then
+            // keeps it in float32 (_keep_in_fp32_modules_strict), 2 bytes an
+            // expert more in bf16 than planned, as in transformers.
+            t.addBuffer(gate, "e_score_correction_bias", {s.experts}, dt, true);
             mlp(t, moe, "shared_experts", s, s.moeInter * s.shared, dt);
         }
         norm(t, l, "input_layernorm", "DeepseekV3RMSNorm", s.hidden, false, dt);

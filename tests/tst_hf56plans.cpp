@@ -5,11 +5,15 @@
 // wrote what compute_module_sizes and _get_device_map returned to
 // configs/NAME/transformers-5.6.json. Stowage plans the same folders before
 // download and must give the same sizes, no-split classes and maps, entry
-// for entry and in the same order.
+// for entry and in the same order. Quantized releases are planned for each
+// machine their quantizer tells apart (no GPU, and CUDA GPUs of compute
+// capability 9.0, 8.9, 8.0 and 7.0): whether it dequantizes, the sizes that
+// follow, and which maps its final check refuses.
 #include "stowage/checkpoint.h"
 #include "stowage/device.h"
 #include "stowage/moduletree.h"
 #include "stowage/planner.h"
+#include "stowage/quantization.h"
 
 #include <QtTest>
 
@@ -17,6 +21,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 
 using namespace stowage;
@@ -30,6 +35,15 @@ nlohmann::json readJson(const fs::path& p)
 {
     std::ifstream in(p);
     return nlohmann::json::parse(in);
+}
+
+// The machines hf56_plan.py's TARGETS emulate for the quantizers.
+QuantTarget targetOf(const std::string& name)
+{
+    if (name == "cpu")
+        return {};
+    const std::map<std::string, double> capability{{"h100", 9.0}, {"rtx4090", 8.9}, {"a100", 8.0}, {"v100", 7.0}};
+    return {true, capability.at(name)};
 }
 
 std::string mapLine(const std::vector<std::pair<std::string, std::string>>& m)
@@ -67,26 +81,52 @@ void TestHf56Plans::everyFamilyIsCovered()
 void TestHf56Plans::plansEqualTransformers_data()
 {
     QTest::addColumn<QString>("model");
+    QTest::addColumn<QString>("target");
     QTest::addColumn<QString>("dtype");
     std::vector<std::string> names;
     for (const auto& e : fs::directory_iterator(kRoot / "configs"))
         names.push_back(e.path().filename().string());
     std::sort(names.begin(), names.end());
-    for (const std::string& n : names)
-        for (const char* d : {"float32", "bfloat16"})
-            QTest::newRow((n + " " + d).c_str()) << QString::fromStdString(n) << QString(d);
+    for (const std::string& n : names) {
+        const nlohmann::json ref = readJson(kRoot / "configs" / n / "transformers-5.6.json");
+        for (const auto& [target, dtypes] : ref.at("targets").items())
+            for (const auto& [d, unused] : dtypes.items())
+                QTest::newRow((n + " " + target + " " + d).c_str())
+                    << QString::fromStdString(n) << QString::fromStdString(target) << QString::fromStdString(d);
+    }
 }
 
 void TestHf56Plans::plansEqualTransformers()
 {
     QFETCH(QString, model);
+    QFETCH(QString, target);
     QFETCH(QString, dtype);
     const fs::path folder = kRoot / "configs" / model.toStdString();
     const nlohmann::json ref = readJson(folder / "transformers-5.6.json");
     QCOMPARE(ref.at("generator").at("transformers").get<std::string>(), std::string("5.6.0"));
-    const nlohmann::json& want = ref.at("dtypes").at(dtype.toStdString());
+    const nlohmann::json& want = ref.at("targets").at(target.toStdString()).at(dtype.toStdString());
     const DType dt = *dtypeFromTorchName(dtype.toStdString());
-    const ModuleTree tree = buildModuleTree(Checkpoint::open(folder.string()), dt, Reference::Transformers);
+    const QuantTarget machine = targetOf(target.toStdString());
+    ModuleTree tree = buildModuleTree(Checkpoint::open(folder.string()), dt, Reference::Transformers);
+    if (want.contains("error")) {
+        // from_pretrained stops before it has a map on this machine: every
+        // plan for it must say so, naming transformers' error.
+        QVERIFY(tree.quantization());
+        PlanOptions o;
+        o.quantTarget = machine;
+        o.maxMemory = Budgets{{*Device::parse("0"), 1e12}, {*Device::parse("cpu"), 1e12}};
+        const Plan p = planDeviceMap(tree, o);
+        const std::string error = want.at("error").get<std::string>();
+        const std::string detail = error.substr(error.find(':') + 2);
+        QVERIFY2(p.refusal.find(detail) != std::string::npos, p.refusal.c_str());
+        return;
+    }
+    QCOMPARE(tree.quantization() != nullptr, want.contains("dequantized"));
+    if (tree.quantization()) {
+        const QuantDecision decision = quantDecision(*tree.quantization(), machine);
+        QCOMPARE(!decision.applied, want.at("dequantized").get<bool>());
+        tree.setQuantApplied(decision.applied);
+    }
 
     // Sizes: every module transformers counts bytes under, and no other.
     QStringList wrong;
@@ -116,6 +156,7 @@ void TestHf56Plans::plansEqualTransformers()
         PlanOptions o;
         o.strategy = *strategyFromName(c.at("strategy").get<std::string>());
         o.reference = Reference::Transformers;
+        o.quantTarget = machine;
         Budgets b;
         for (const auto& [dev, bytes] : c.at("max_memory").items())
             b.push_back({*Device::parse(dev), bytes.get<double>()});
@@ -127,6 +168,12 @@ void TestHf56Plans::plansEqualTransformers()
         for (const nlohmann::json& e : c.at("device_map"))
             expected.emplace_back(e[0].get<std::string>(),
                                   e[1].is_number() ? std::to_string(e[1].get<int>()) : e[1].get<std::string>());
+        if (p.refusal.empty() == c.contains("refused"))
+            wrong << QString("%1 %2: stowage %3, transformers %4")
+                         .arg(QString::fromStdString(c.at("budget").get<std::string>()),
+                              QString::fromStdString(c.at("strategy").get<std::string>()),
+                              QString::fromStdString(p.refusal.empty() ? "accepts" : "refuses: " + p.refusal),
+                              QString::fromStdString(c.value("refused", std::string("accepts"))));
         if (got != expected)
             wrong << QString("%1 %2:\n  stowage      %3\n  transformers %4")
                          .arg(QString::fromStdString(c.at("budget").get<std::string>()),

@@ -93,8 +93,17 @@ std::string quantizationSentence(const ModuleTree& tree, const Quantization& q, 
 
 // Why from_pretrained would refuse the map after planning it (the
 // quantizer's second validate_environment).
-std::string quantRefusal(const Quantization& q, const DeviceMap& map)
+std::string quantRefusal(const Quantization& q, const ModuleTree& tree, const DeviceMap& map)
 {
+    // Before any map: 5.6's FP8Experts reads getattr(config,
+    // "num_local_experts", config.num_experts), and DeepseekV3Config has
+    // neither (it says n_routed_experts), so from_pretrained stops with an
+    // AttributeError wherever FP8 stays quantized (tests/reference/hf56).
+    if (q.kind == Quantization::Kind::Fp8 && tree.modelType() == "deepseek_v3")
+        return "transformers 5.6 cannot load this checkpoint quantized: its FP8Experts reads config.num_experts "
+               "(integrations/finegrained_fp8.py:599) and from_pretrained stops with \"AttributeError: "
+               "'DeepseekV3Config' object has no attribute 'num_experts'\"; on a GPU below compute capability "
+               "8.9, or with dequantize: true, it loads dequantized to bfloat16";
     bool cpu = false, disk = false;
     std::set<Device> all;
     for (const auto& [k, d] : map) {
@@ -168,7 +177,7 @@ Plan planDeviceMap(const ModuleTree& given, const PlanOptions& options)
     // Whether 5.6 would refuse the map it planned, said last.
     const auto judge = [&](Plan& p) {
         if (quant && tree.quantApplied())
-            p.refusal = quantRefusal(*quant, p.deviceMap);
+            p.refusal = quantRefusal(*quant, tree, p.deviceMap);
         if (!p.refusal.empty())
             p.notes.push_back(p.refusal);
         return p;

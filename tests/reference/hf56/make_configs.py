@@ -138,6 +138,21 @@ CONFIGS = {
 }
 
 
+MXFP4 = {"modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
+                                   "lm_head"], "quant_method": "mxfp4"}
+FP8 = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]}
+# Quantized releases: gpt-oss-20b as OpenAI ships it, DeepSeek-V3's own FP8
+# release, Qwen3-0.6B-FP8 and Qwen3-30B-A3B-FP8 (block-wise FP8).
+QUANTIZED = {
+    "gpt_oss_mxfp4": ("gpt_oss", MXFP4),
+    "deepseek_v3_fp8": ("deepseek_v3", FP8),
+    "qwen3_fp8": ("qwen3", FP8),
+    "qwen3_moe_fp8": ("qwen3_moe", FP8),
+}
+for _name, (_base, _q) in QUANTIZED.items():
+    CONFIGS[_name] = dict(CONFIGS[_base], quantization_config=_q, torch_dtype="bfloat16")
+
+
 def main():
     for name, config in CONFIGS.items():
         folder = os.path.join(HERE, "configs", name)

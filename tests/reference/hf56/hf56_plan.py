@@ -192,8 +192,12 @@ def write_index(folder, quantized_modules):
     conversions reverted (experts one tensor each again), tied copies left
     out, as save_pretrained writes them. A quantized release stores its
     quantized weights as the format names them: MXFP4 experts as
-    `_blocks` and `_scales`, each FP8 projection with its `weight_scale_inv`
-    (`quantized_modules`: the modules 5.6's quantizer replaced on a GPU)."""
+    `_blocks` and `_scales`, each FP8 projection with its `weight_scale_inv`,
+    a bitsandbytes 4-bit weight with its `absmax`, `quant_map`, nested
+    statistics and `quant_state`, an 8-bit one with `SCB` and `weight_format`
+    (the names quantizer_bnb_4bit.py:174-181 and quantizer_bnb_8bit.py:173
+    read; `quantized_modules`: the modules 5.6's quantizer replaced on a
+    GPU)."""
     cls = model_class(folder)
     config = transformers.AutoConfig.from_pretrained(folder)
     method = (getattr(config, "quantization_config", None) or {}).get("quant_method")
@@ -209,6 +213,15 @@ def write_index(folder, quantized_modules):
             if module in quantized_modules and leaf in ("gate_up_proj", "down_proj"):
                 names.remove(n)
                 names.update({n + "_blocks", n + "_scales"})
+    elif method == "bitsandbytes":
+        q = config.quantization_config
+        four = q.get("load_in_4bit", False)
+        stats = ["absmax", "quant_map", "nested_absmax", "nested_quant_map",
+                 "quant_state.bitsandbytes__" + q.get("bnb_4bit_quant_type", "fp4")]
+        for n in list(names):
+            module, leaf = n.rsplit(".", 1)
+            if module in quantized_modules and leaf == "weight":
+                names.update([n + "." + s for s in stats] if four else [module + ".SCB", n + "_format"])
     elif method == "fp8":
         for n in list(names):
             if not n.endswith(".weight"):
@@ -238,7 +251,8 @@ def plans_for(folder, dtype_name, target):
         if hf_quantizer is not None:
             out["dequantized"] = bool(getattr(hf_quantizer.quantization_config, "dequantize", False))
             out["quantized_modules"] = sorted(n for n, m in modules.items()
-                                              if type(m).__name__.startswith(("FP8", "Mxfp4")))
+                                              if type(m).__name__.startswith(("FP8", "Mxfp4", "Linear4bit",
+                                                                              "Linear8bitLt")))
         total = sizes[""]
         out["maps"] = []
         for budget_name, shares in BUDGETS.items():

@@ -141,13 +141,24 @@ CONFIGS = {
 MXFP4 = {"modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
                                    "lm_head"], "quant_method": "mxfp4"}
 FP8 = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]}
+# bitsandbytes as save_pretrained writes its BitsAndBytesConfig (unsloth's
+# llama-3-8b-bnb-4bit; the 8-bit form of the same)
+BNB = {"_load_in_4bit": True, "_load_in_8bit": False, "bnb_4bit_compute_dtype": "bfloat16",
+       "bnb_4bit_quant_storage": "uint8", "bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": True,
+       "llm_int8_enable_fp32_cpu_offload": False, "llm_int8_has_fp16_weight": False,
+       "llm_int8_skip_modules": None, "llm_int8_threshold": 6.0, "load_in_4bit": True, "load_in_8bit": False,
+       "quant_method": "bitsandbytes"}
+BNB8 = dict(BNB, _load_in_4bit=False, _load_in_8bit=True, load_in_4bit=False, load_in_8bit=True)
 # Quantized releases: gpt-oss-20b as OpenAI ships it, DeepSeek-V3's own FP8
-# release, Qwen3-0.6B-FP8 and Qwen3-30B-A3B-FP8 (block-wise FP8).
+# release, Qwen3-0.6B-FP8 and Qwen3-30B-A3B-FP8 (block-wise FP8), Llama-3-8B in
+# bitsandbytes 4-bit (NF4, double quantization) and 8-bit.
 QUANTIZED = {
     "gpt_oss_mxfp4": ("gpt_oss", MXFP4),
     "deepseek_v3_fp8": ("deepseek_v3", FP8),
     "qwen3_fp8": ("qwen3", FP8),
     "qwen3_moe_fp8": ("qwen3_moe", FP8),
+    "llama_bnb4": ("llama", BNB),
+    "llama_bnb8": ("llama", BNB8),
 }
 for _name, (_base, _q) in QUANTIZED.items():
     CONFIGS[_name] = dict(CONFIGS[_base], quantization_config=_q, torch_dtype="bfloat16")

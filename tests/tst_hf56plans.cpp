@@ -14,6 +14,7 @@
 #include "stowage/moduletree.h"
 #include "stowage/planner.h"
 #include "stowage/quantization.h"
+#include "planfixtures.h"
 
 #include <QtTest>
 
@@ -44,14 +45,6 @@ QuantTarget targetOf(const std::string& name)
         return {};
     const std::map<std::string, double> capability{{"h100", 9.0}, {"rtx4090", 8.9}, {"a100", 8.0}, {"v100", 7.0}};
     return {true, capability.at(name)};
-}
-
-std::string mapLine(const std::vector<std::pair<std::string, std::string>>& m)
-{
-    std::string s;
-    for (const auto& [k, d] : m)
-        s += (s.empty() ? "" : ", ") + (k.empty() ? std::string("''") : k) + ":" + d;
-    return s;
 }
 
 } // namespace
@@ -162,23 +155,23 @@ void TestHf56Plans::plansEqualTransformers()
             b.push_back({*Device::parse(dev), bytes.get<double>()});
         o.maxMemory = b;
         const Plan p = planDeviceMap(tree, o);
-        std::vector<std::pair<std::string, std::string>> got, expected;
-        for (const auto& [k, d] : p.deviceMap)
-            got.emplace_back(k, d.name());
+        DeviceMap expected;
         for (const nlohmann::json& e : c.at("device_map"))
             expected.emplace_back(e[0].get<std::string>(),
-                                  e[1].is_number() ? std::to_string(e[1].get<int>()) : e[1].get<std::string>());
+                                  *Device::parse(e[1].is_number() ? std::to_string(e[1].get<int>())
+                                                                  : e[1].get<std::string>()));
         if (p.refusal.empty() == c.contains("refused"))
             wrong << QString("%1 %2: stowage %3, transformers %4")
                          .arg(QString::fromStdString(c.at("budget").get<std::string>()),
                               QString::fromStdString(c.at("strategy").get<std::string>()),
                               QString::fromStdString(p.refusal.empty() ? "accepts" : "refuses: " + p.refusal),
                               QString::fromStdString(c.value("refused", std::string("accepts"))));
-        if (got != expected)
+        if (p.deviceMap != expected)
             wrong << QString("%1 %2:\n  stowage      %3\n  transformers %4")
                          .arg(QString::fromStdString(c.at("budget").get<std::string>()),
                               QString::fromStdString(c.at("strategy").get<std::string>()),
-                              QString::fromStdString(mapLine(got)), QString::fromStdString(mapLine(expected)));
+                              QString::fromStdString(fixtures::mapText(p.deviceMap)),
+                              QString::fromStdString(fixtures::mapText(expected)));
     }
     QVERIFY2(wrong.isEmpty(), qPrintable(QString("%1 of %2 maps differ\n").arg(wrong.size()).arg(want.at("maps").size()) +
                                          wrong.mid(0, 4).join("\n")));

@@ -177,6 +177,10 @@ void TestCliRun::hardwareMeasuresFixedCostsOncePerMachine()
         QVERIFY(QString(r.out).contains(QStringLiteral("fixed costs %1").arg(policy)));
         for (const char* k : {"perToken", "perUnit", "perDiskUnit"})
             QVERIFY(costs[policy][k].get<double>() >= 0);
+        // A routed expert, timed on a mixture of experts of its own: a few
+        // microseconds to a few milliseconds (written only when above zero).
+        const double expert = costs[policy].value("perExpert", 0.0);
+        QVERIFY2(expert >= 0 && expert < 0.01, costs.dump().c_str());
         // A decode step of a 10-layer model cannot be free: some of it is fixed.
         QVERIFY2(costs[policy]["perToken"].get<double>() + costs[policy]["perUnit"].get<double>() > 0,
                  costs.dump().c_str());

@@ -2,6 +2,7 @@
 // against hand-computed datasheet figures; presets, profile JSON and the
 // self-test of this machine.
 #include "fixtures.h"
+#include "moefixtures.h"
 
 #include "stowage/checkpoint.h"
 #include "stowage/costmodel.h"
@@ -91,6 +92,7 @@ private slots:
     void jsonErrors();
     void fixedCostsAddPerTokenUnitAndDiskUnit();
     void stepUnitsCountTheTreesUnitsOnDisk();
+    void routedExpertsCostPerExpertATokenComputes();
     void fixedCostsInProfileJson();
     void fixedCostsCacheIsPerCpu();
     void runtimeEnvironmentLeavesTheUsersAlone();
@@ -482,8 +484,13 @@ void TestCostModel::fixedCostsAddPerTokenUnitAndDiskUnit()
     e = estimateDecode(ram, 1'000'000 / 2, p, ExecutionPolicy::Prefetch, 0, {10, 4});
     QVERIFY(near(e.fixedSeconds, 4e-3));
     QVERIFY(near(e.secondsPerToken, 5e-3));
+    // 6 routed experts a token at 0.2 ms each: 1.2 ms more.
+    p.fixedCosts["prefetch"].perExpert = 2e-4;
+    e = estimateDecode(ram, 1'000'000 / 2, p, ExecutionPolicy::Prefetch, 0, {10, 4, 6});
+    QVERIFY(near(e.fixedSeconds, 5.2e-3));
+    QVERIFY(near(e.secondsPerToken, 6.2e-3));
     // A policy the profile has no fixed costs for counts bytes alone.
-    e = estimateDecode(ram, 1'000'000 / 2, p, ExecutionPolicy::AccelerateLike, 0, {10, 4});
+    e = estimateDecode(ram, 1'000'000 / 2, p, ExecutionPolicy::AccelerateLike, 0, {10, 4, 6});
     QCOMPARE(e.fixedSeconds, 0.0);
     QVERIFY(near(e.secondsPerToken, 1e-3));
 }
@@ -518,6 +525,55 @@ void TestCostModel::stepUnitsCountTheTreesUnitsOnDisk()
     QCOMPARE(u.onDisk, 1);
 }
 
+void TestCostModel::routedExpertsCostPerExpertATokenComputes()
+{
+    // A Mixtral of 4 layers, 8 experts, two a token (config + index only):
+    // each layer computes 2 routed experts, 8 a token, wherever they live.
+    QTemporaryDir dir;
+    fixtures::MoeShape s;
+    s.vocab = 1000, s.hidden = 64, s.intermediate = 128, s.layers = 4, s.experts = 8;
+    fixtures::writeSharded(dir.path().toStdString(), fixtures::moeTensors(s, DType::F32), 1, true, false);
+    fixtures::writeJson((dir.path() + "/config.json").toStdString(), fixtures::moeConfig(s, DType::F32));
+    const ModuleTree tree = buildModuleTree(Checkpoint::open(dir.path().toStdString()), DType::F32);
+    QCOMPARE(tree.expertsPerToken(), int64_t(2));
+    const DeviceMap ram{{"", Device::cpu()}};
+    QCOMPARE(stepUnits(tree, ram).experts, int64_t(8));
+    const DeviceMap split{{"model.embed_tokens", Device::cpu()}, {"model.layers.0", Device::cpu()},
+                          {"model.layers.1", Device::cpu()},     {"model.layers.2.self_attn", Device::cpu()},
+                          {"model.layers.2.mlp", Device::disk()}, {"model.layers.2.input_layernorm", Device::cpu()},
+                          {"model.layers.2.post_attention_layernorm", Device::cpu()},
+                          {"model.layers.3", Device::disk()},    {"model.norm", Device::cpu()},
+                          {"model.rotary_emb", Device::cpu()},   {"lm_head", Device::cpu()}};
+    const StepUnits u = stepUnits(tree, split);
+    QCOMPARE(u.experts, int64_t(8));
+    QCOMPARE(u.onDisk, 2);
+    // A dense Llama computes none.
+    QTemporaryDir llama;
+    fixtures::LlamaShape l;
+    l.vocab = 64, l.hidden = 16, l.intermediate = 32, l.layers = 3, l.heads = 4, l.kvHeads = 2;
+    fixtures::writeJson((llama.path() + "/config.json").toStdString(), fixtures::llamaConfig(l, DType::F32));
+    fixtures::writeSharded(llama.path().toStdString(), fixtures::llamaTensors(l, DType::F32), 1, true, false);
+    QCOMPARE(stepUnits(buildModuleTree(Checkpoint::open(llama.path().toStdString()), DType::F32, Reference::Transformers),
+                       ram)
+                 .experts,
+             int64_t(0));
+    // The whole-tree estimate adds 8 x perExpert to its fixed part and
+    // nothing to its bytes.
+    HardwareProfile p;
+    p.name = "box";
+    p.ramBandwidth = 1e9;
+    p.cpuFlops = 1e12;
+    p.ramBytes = 64 * kGB;
+    p.diskReadBandwidth = 1e9;
+    const Plan plan = planFromDeviceMap(tree, ram, "all in RAM");
+    p.fixedCosts["prefetch"] = {1e-3, 1e-4, 0};
+    const CostEstimate without = estimateDecode(plan, tree, p, ExecutionPolicy::Prefetch);
+    p.fixedCosts["prefetch"].perExpert = 5e-5;
+    const CostEstimate with = estimateDecode(plan, tree, p, ExecutionPolicy::Prefetch);
+    QVERIFY2(near(with.fixedSeconds - without.fixedSeconds, 8 * 5e-5), qPrintable(QString::number(with.fixedSeconds)));
+    QVERIFY(near(with.secondsPerToken - without.secondsPerToken, 8 * 5e-5));
+}
+
 void TestCostModel::fixedCostsInProfileJson()
 {
     HardwareProfile p = hardwarePreset("t4");
@@ -530,6 +586,11 @@ void TestCostModel::fixedCostsInProfileJson()
     QCOMPARE(q.fixedCosts.at("accelerate-like").perDiskUnit, 1e-4);
     QCOMPARE(q.fixedCosts.at("compute-where-it-lives").perToken, 1e-3);
     QCOMPARE(q.fixedCosts.at("accelerate-like").copyBandwidth, 0.0); // not timed: not written
+    QCOMPARE(q.fixedCosts.at("accelerate-like").perExpert, 0.0);
+    QVERIFY(profileToJson(p).find("perExpert") == std::string::npos);
+    p.fixedCosts["compute-where-it-lives"].perExpert = 2.5e-5;
+    QCOMPARE(profileFromJson(profileToJson(p), "p.json").fixedCosts.at("compute-where-it-lives").perExpert, 2.5e-5);
+    p.fixedCosts["compute-where-it-lives"].perExpert = 0;
     QVERIFY(profileToJson(p).find("copyBandwidth") == std::string::npos);
     p.fixedCosts["accelerate-like"].copyBandwidth = 3.2e9;
     QCOMPARE(profileFromJson(profileToJson(p), "p.json").fixedCosts.at("accelerate-like").copyBandwidth, 3.2e9);
@@ -539,6 +600,7 @@ void TestCostModel::fixedCostsInProfileJson()
     QVERIFY(err(R"({"prefetch": {"perToken": 0.001}})").isEmpty());
     QVERIFY(err(R"({"prefetch": {"perToken": -0.001}})").contains("fixedCosts.prefetch.perToken must be a non-negative"));
     QVERIFY(err(R"({"fast": {"perToken": 0.001}})").contains("unknown policy \"fast\""));
+    QVERIFY(err(R"({"prefetch": {"perExpert": "fast"}})").contains("fixedCosts.prefetch.perExpert must be a non-negative"));
     QVERIFY(err(R"({"prefetch": {"perTok": 0.001}})").contains("unknown field \"perTok\""));
     QVERIFY(err("[1]").contains("fixedCosts must be an object"));
     QVERIFY(err(R"({"accelerate-like": {"copyBandwidth": -1}})")

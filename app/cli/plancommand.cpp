@@ -231,6 +231,8 @@ int hardwareCommand(const std::vector<std::string>& argv, const std::function<in
         for (const auto& [policy, c] : hw.fixedCosts) {
             std::printf("  fixed costs %-23s %6.0f us per token, %5.0f us per layer, %5.0f us more per layer on disk",
                         policy.c_str(), c.perToken * 1e6, c.perUnit * 1e6, c.perDiskUnit * 1e6);
+            if (c.perExpert > 0)
+                std::printf(", %.0f us per routed expert", c.perExpert * 1e6);
             if (c.copyBandwidth > 0)
                 std::printf("; disk weights copied at %.1f GB/s", c.copyBandwidth / 1e9);
             std::printf("\n");

@@ -315,7 +315,8 @@ CostEstimate estimateImpl(const std::vector<std::pair<Device, uint64_t>>& placem
     // What a step costs besides its bytes (HardwareProfile::fixedCosts).
     if (auto it = profile.fixedCosts.find(policyName(policy)); it != profile.fixedCosts.end()) {
         const FixedCosts& f = it->second;
-        est.fixedSeconds = f.perToken + f.perUnit * std::max(units.total, 0) + f.perDiskUnit * std::max(units.onDisk, 0);
+        est.fixedSeconds = f.perToken + f.perUnit * std::max(units.total, 0) + f.perDiskUnit * std::max(units.onDisk, 0) +
+                           f.perExpert * double(std::max<int64_t>(units.experts, 0));
         est.secondsPerToken += est.fixedSeconds;
     }
     for (auto& d : est.devices)
@@ -355,6 +356,13 @@ StepUnits stepUnits(const ModuleTree& tree, const DeviceMap& map)
             for (int i = m + 1; i < tree.modules()[size_t(m)].end && !disk; ++i)
                 disk = where.code[size_t(i)] == DiskCode;
         u.onDisk += disk ? 1 : 0;
+        // A mixture-of-experts layer computes the router's top-k experts.
+        bool routed = false;
+        for (int i = m; i < tree.modules()[size_t(m)].end && !routed; ++i)
+            for (int pi : tree.modules()[size_t(i)].params)
+                routed = routed || tree.params()[size_t(pi)].experts > 0;
+        if (routed)
+            u.experts += std::max<int64_t>(0, tree.expertsPerToken());
     }
     return u;
 }

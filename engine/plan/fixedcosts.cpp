@@ -25,6 +25,8 @@ nlohmann::json fixedCostsToJson(const std::map<std::string, FixedCosts>& costs)
     for (const auto& [policy, c] : costs)
     {
         j[policy] = {{"perToken", c.perToken}, {"perUnit", c.perUnit}, {"perDiskUnit", c.perDiskUnit}};
+        if (c.perExpert > 0)
+            j[policy]["perExpert"] = c.perExpert;
         if (c.copyBandwidth > 0)
             j[policy]["copyBandwidth"] = c.copyBandwidth;
     }
@@ -50,6 +52,7 @@ std::map<std::string, FixedCosts> fixedCostsFromJson(const nlohmann::json& j, co
             double* field = key == "perToken"        ? &c.perToken
                             : key == "perUnit"       ? &c.perUnit
                             : key == "perDiskUnit"   ? &c.perDiskUnit
+                            : key == "perExpert"     ? &c.perExpert
                             : key == "copyBandwidth" ? &c.copyBandwidth
                                                      : nullptr;
             if (!field)
@@ -103,8 +106,9 @@ namespace {
 // step changes, so that an entry measured before is measured again rather
 // than predicting from costs the runtime no longer has (2: OpenBLAS's threads
 // no longer spin beside decode, runtimeenv.h; 3: accelerate-like's copy rate
-// timed, FixedCosts::copyBandwidth; entries without one are 1).
-constexpr int kRevision = 3;
+// timed, FixedCosts::copyBandwidth; 4: a routed expert's cost timed,
+// FixedCosts::perExpert; entries without one are 1).
+constexpr int kRevision = 4;
 
 nlohmann::json readCache(const std::string& path)
 {

@@ -11,7 +11,7 @@
 
 namespace stowage::detail {
 
-// {"prefetch": {"perToken": 0.0011, "perUnit": 0.00009, "perDiskUnit": 0.00002}, ...}
+// {"prefetch": {"perToken": 0.0011, "perUnit": 0.00009, "perDiskUnit": 0.00002, "perExpert": 0.00002}, ...}
 nlohmann::json fixedCostsToJson(const std::map<std::string, FixedCosts>& costs);
 // Throws InputError(path, "<where>fixedCosts...: problem") for a malformed
 // value: an unknown policy, a negative or non-numeric figure.

@@ -60,6 +60,53 @@ fs::path writeTinyLlama(const fs::path& dir, int layers, int hidden = 64, int in
     return out;
 }
 
+// A Qwen3-MoE of two layers of 64 experts, each expert three 0.5 MiB
+// matrices (hidden 512, expert width 256, fp32): 96 MiB of experts a layer,
+// more than a CPU's caches hold, so the routed experts come from RAM as a
+// real model's do, and each of their products is large enough to be split
+// between the threads. `topK` experts a token; the weights are shared with
+// the other top-k's folder (hard link, else a copy). A fast generator: the
+// values do not matter, only that every page is real.
+fs::path writeTinyMoe(const fs::path& dir, int topK, const fs::path& weightsFrom = {})
+{
+    const fs::path out = dir / ("qwen3-moe-top" + std::to_string(topK));
+    fs::create_directories(out);
+    const std::string config = R"({"model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"],
+ "hidden_size": 512, "intermediate_size": 1024, "moe_intermediate_size": 256, "num_experts": 64,
+ "num_experts_per_tok": )" + std::to_string(topK) + R"(, "norm_topk_prob": true, "decoder_sparse_step": 1,
+ "mlp_only_layers": [], "num_hidden_layers": 2, "num_attention_heads": 16, "num_key_value_heads": 16,
+ "head_dim": 32, "vocab_size": 128, "max_position_embeddings": 256, "rms_norm_eps": 1e-06,
+ "rope_theta": 10000.0, "tie_word_embeddings": false, "torch_dtype": "float32"})";
+    std::ofstream(out / "config.json") << config;
+    const fs::path weights = out / "model.safetensors";
+    std::error_code ec;
+    fs::remove(weights, ec);
+    if (!weightsFrom.empty()) {
+        fs::create_hard_link(weightsFrom / "model.safetensors", weights, ec);
+        if (ec)
+            fs::copy_file(weightsFrom / "model.safetensors", weights);
+        return out;
+    }
+    uint64_t state = 0x9E3779B97F4A7C15ULL;
+    std::vector<TensorBlob> blobs;
+    for (const SavedTensor& t : savedTensors(ModelConfig::parse(config, (out / "config.json").string()), DType::F32)) {
+        TensorBlob b{t.name, DType::F32, t.shape, {}};
+        size_t n = 1;
+        for (int64_t d : t.shape)
+            n *= size_t(d);
+        b.bytes.resize(n * 4);
+        const bool norm = t.shape.size() == 1;
+        for (size_t i = 0; i < n; ++i) {
+            state ^= state << 13, state ^= state >> 7, state ^= state << 17; // xorshift64
+            const float v = norm ? 1.0f : (float(state >> 40) / float(1 << 24) - 0.5f) * 0.08f;
+            std::memcpy(b.bytes.data() + i * 4, &v, 4);
+        }
+        blobs.push_back(std::move(b));
+    }
+    writeSafetensors(weights.string(), blobs);
+    return out;
+}
+
 struct Timed {
     double secondsPerToken = 0; // measured, the quickest of a few runs
     double modelled = 0;        // what the cost model counts for the bytes alone
@@ -67,7 +114,9 @@ struct Timed {
     uint64_t diskBytes = 0; // the map's bytes on disk
 };
 
-Timed timeDecode(const fs::path& path, const DeviceMap& map, ExecutionPolicy policy, const HardwareProfile& bytesOnly)
+// `tokens` a run, the quickest of `runs` after a warm-up.
+Timed timeDecode(const fs::path& path, const DeviceMap& map, ExecutionPolicy policy, const HardwareProfile& bytesOnly,
+                 int tokens = 33, int runs = 7)
 {
     const Checkpoint ck = Checkpoint::open(path.string());
     const ModuleTree tree = buildModuleTree(ck, DType::F32, Reference::Transformers);
@@ -76,21 +125,21 @@ Timed timeDecode(const fs::path& path, const DeviceMap& map, ExecutionPolicy pol
     lo.policy = policy;
     auto model = Model::load(ck, tree, lo);
     SamplingOptions s;
-    s.maxNewTokens = 33;
+    s.maxNewTokens = tokens;
     s.greedy = true;
-    std::vector<double> runs;
+    std::vector<double> perToken;
     generate(*model, {1, 2, 3, 4}, s); // warm-up: first-touch pages, LibTorch's first calls
-    for (int r = 0; r < 7; ++r) {
+    for (int r = 0; r < runs; ++r) {
         const GenerationResult g = generate(*model, {1, 2, 3, 4}, s);
         if (g.tokens.size() > 1)
-            runs.push_back(g.decodeSeconds / double(g.tokens.size() - 1));
+            perToken.push_back(g.decodeSeconds / double(g.tokens.size() - 1));
     }
-    if (runs.empty())
+    if (perToken.empty())
         throw InputError(path.string(), "the timing model generated no tokens");
     // The quickest run: what the machine does when nothing else competes for
     // its cores (another process's burst only ever slows a run down).
     Timed t;
-    t.secondsPerToken = *std::min_element(runs.begin(), runs.end());
+    t.secondsPerToken = *std::min_element(perToken.begin(), perToken.end());
     const Plan plan = planFromDeviceMap(tree, map, "timing");
     t.modelled = estimateDecode(plan, tree, bytesOnly, policy).secondsPerToken;
     t.units = int(executionUnits(tree).size());
@@ -124,15 +173,23 @@ std::map<std::string, FixedCosts> measureFixedCosts(const std::string& scratchDi
     // still). Smaller weights fool it: hidden 512's 1-2.75 MB ones were all
     // reused, 14.8 GB/s, while a 440 MB Llama's copies ran 3.2-3.5 GB/s (its
     // 11 MiB weights fault every page) and the profile's freshCopyBandwidth,
-    // every copy into fresh pages, says 2.4.
+    // every copy into fresh pages, says 2.4. A token copies 100 MB, so a
+    // few tokens time it: 33 took a minute where fresh pages fault at
+    // 0.5 GB/s (an AMD EPYC VM, 2026-12-07).
     {
         const fs::path mid = writeTinyLlama(dir, 2, 1024, 2816);
-        const Timed r = timeDecode(mid, ram, ExecutionPolicy::AccelerateLike, profile),
-                    d = timeDecode(mid, disk, ExecutionPolicy::AccelerateLike, profile);
+        const Timed r = timeDecode(mid, ram, ExecutionPolicy::AccelerateLike, profile, 5, 3),
+                    d = timeDecode(mid, disk, ExecutionPolicy::AccelerateLike, profile, 5, 3);
         const double copying = d.secondsPerToken - r.secondsPerToken;
         if (copying > 0 && d.diskBytes > 0)
             out[policyName(ExecutionPolicy::AccelerateLike)].copyBandwidth = double(d.diskBytes) / copying;
     }
+    // A routed expert: the same mixture of experts with eight experts a
+    // token and with one; what the eight cost beyond their bytes and the
+    // one's, per expert (FixedCosts::perExpert). Fitted on the bench_moe
+    // shapes instead, an expert cost 20-40 us more than its bytes at the
+    // profile's rate on an AMD EPYC (docs/PERFORMANCE.md).
+    const fs::path one = writeTinyMoe(dir, 1), eight = writeTinyMoe(dir, 8, one);
     for (ExecutionPolicy pol :
          {ExecutionPolicy::AccelerateLike, ExecutionPolicy::Prefetch, ExecutionPolicy::ComputeWhereItLives}) {
         // The bytes' cost with the copy rate just timed, so that what is
@@ -150,6 +207,9 @@ std::map<std::string, FixedCosts> measureFixedCosts(const std::string& scratchDi
         c.perUnit = std::max(0.0, (fb - fa) / double(b.units - a.units));
         c.perToken = std::max(0.0, fa - c.perUnit * a.units);
         c.perDiskUnit = std::max(0.0, (fd - fb) / double(many));
+        const Timed e1 = timeDecode(one, ram, pol, bytesOnly), e8 = timeDecode(eight, ram, pol, bytesOnly);
+        const double more = (e8.secondsPerToken - e8.modelled) - (e1.secondsPerToken - e1.modelled);
+        c.perExpert = std::max(0.0, more / double(7 * 2)); // seven more experts in each of two layers
     }
     return out;
 }

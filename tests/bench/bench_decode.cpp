@@ -509,6 +509,45 @@ int main(int argc, char** argv)
         }
     }
 
+    // ---- GEMV by matrix size, fp32, from DRAM: as many matrices of each
+    // shape as make 360 MB, multiplied in an order that changes every pass
+    // (as routed experts are): what a call costs beyond its bytes, fitted
+    // as t = bytes / rate + perCall against the largest shape's rate.
+    {
+        std::printf("\nGEMV fp32 by matrix size, from DRAM, shuffled (best of 5 passes)\n");
+        std::printf("%-14s %8s %10s %10s %12s\n", "shape", "MiB", "calls", "GB/s", "us a call");
+        const std::vector<std::pair<int64_t, int64_t>> shapes{{11008, 4096}, {2048, 1024}, {1024, 512}, {512, 1024}, {256, 512}, {512, 256}};
+        double bigRate = 0;
+        for (const auto& [n, k] : shapes) {
+            const double bytes = double(n * k * 4);
+            const int mats = std::max(2, int(360e6 / bytes));
+            const at::Tensor pool = at::randn({int64_t(mats), n, k});
+            std::vector<at::Tensor> ws;
+            for (int i = 0; i < mats; ++i)
+                ws.push_back(pool[i]);
+            const at::Tensor x = at::randn({k});
+            std::vector<int> order(static_cast<size_t>(mats), 0);
+            for (int i = 0; i < mats; ++i)
+                order[size_t(i)] = i;
+            double best = 1e30;
+            uint32_t seed = 1;
+            for (int rep = 0; rep < 5; ++rep) {
+                for (int i = mats - 1; i > 0; --i) {
+                    seed = seed * 1664525u + 1013904223u;
+                    std::swap(order[size_t(i)], order[seed % uint32_t(i + 1)]);
+                }
+                const auto t0 = clk::now();
+                for (int i : order)
+                    arch::gemv(ws[size_t(i)], x);
+                best = std::min(best, since(t0) / mats);
+            }
+            if (bigRate == 0)
+                bigRate = bytes / best;
+            std::printf("%-14s %8.2f %10d %10.1f %12.1f\n", (std::to_string(n) + "x" + std::to_string(k)).c_str(),
+                        bytes / 1048576.0, mats, bytes / best / 1e9, 1e6 * (best - bytes / bigRate));
+        }
+    }
+
     // ---- Streaming the mapped 7B-layer checkpoints (2 MiB pages where the
     // page cache has them), as decode reads them: the loop each case's
     // bound is read with, the same loop with its address stepped as a

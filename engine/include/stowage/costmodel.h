@@ -49,6 +49,7 @@ struct CostEstimate {
 struct StepUnits {
     int total = 0;
     int onDisk = 0;
+    int64_t experts = 0; // routed experts computed per token (top-k x mixture-of-experts layers)
 };
 
 // What a GPU index costs when the profile has no GPU at all: a modest PCIe 4.0

@@ -30,6 +30,11 @@ struct FixedCosts {
     double perToken = 0;    // once per token (embedding, final norm, sampling)
     double perUnit = 0;     // per execution unit (a decoder layer) whose weights are resident
     double perDiskUnit = 0; // added per unit whose weights are fetched from disk
+    // Per routed expert a token computes (top-k of each mixture-of-experts
+    // layer): its matrix-vector products' hand-offs between threads, the
+    // router's bookkeeping and a small matrix's slower read from RAM, beyond
+    // its bytes at the profile's rate.
+    double perExpert = 0;
     // accelerate-like only: bytes/s at which the runtime copies a disk
     // weight into a new CPU tensor (what glibc's allocator makes of a fresh
     // tensor per weight: reused memory for some, fresh pages for others),

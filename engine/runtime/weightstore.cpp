@@ -46,7 +46,6 @@ at::Tensor ownedHostCopy(const at::Tensor& src, at::ScalarType dtype)
 
 } // namespace
 
-
 WeightStore::WeightStore(const Checkpoint& ck, const ModuleTree& tree, const LoadOptions& options, Telemetry& telemetry)
     : m_ck(ck), m_tree(tree), m_options(options), m_telemetry(telemetry)
 {
@@ -411,42 +410,6 @@ void WeightStore::checkInterrupt() const
         throw Stopped();
 }
 
-void WeightStore::pause(double seconds, const std::function<bool()>& going) const
-{
-    // In slices, so a stop lands within ~10 ms whatever the pause.
-    using clock = std::chrono::steady_clock;
-    const auto until = clock::now() + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(seconds));
-    while (true) {
-        checkInterrupt();
-        if (going && !going())
-            throw Cancelled();
-        const clock::duration left = until - clock::now();
-        if (left <= clock::duration::zero())
-            return;
-        std::this_thread::sleep_for(std::min<clock::duration>(left, std::chrono::milliseconds(10)));
-    }
-}
-
-void WeightStore::crossSimulatedLink(uint64_t bytes, double t0, const std::function<bool()>& going)
-{
-    if (m_options.simulatedPcieBytesPerSecond <= 0)
-        return;
-    double owed = 0;
-    {
-        std::lock_guard<std::mutex> lock(m_linkMutex);
-        // An idle link starts this copy when it began; a busy one after the
-        // copies before it (another thread's, or this one's still owed).
-        m_linkFree = std::max(m_linkFree, t0) + double(bytes) / m_options.simulatedPcieBytesPerSecond;
-        owed = m_linkFree - m_telemetry.now();
-    }
-    // A sleep per weight of a small layer (tens of microseconds each) lasted
-    // two to three times its length here, and the demo's simulated-GPU runs
-    // half the speed of its link; what is owed is paid once it is worth a
-    // sleep, and what is left is owed by the next copy.
-    if (owed > kLinkSlack)
-        pause(owed, going);
-}
-
 void WeightStore::fetchInto(Unit& u, bool ahead)
 {
     for (size_t i = 0; i < u.slots.size(); ++i)
@@ -541,6 +504,10 @@ void WeightStore::setOrder(std::vector<std::string> units)
             dev = s->homeDev;
         }
         unit.device = (oneGpu && dev) ? dev : m_exec;
+        uint64_t unitBytes = 0;
+        for (const Slot* s : unit.slots)
+            unitBytes += s->bytes;
+        m_poolCap = std::max(m_poolCap, 2 * unitBytes);
         if (m_options.policy == ExecutionPolicy::ComputeWhereItLives && dev && allHost && cpuIsFaster())
             // A layer in RAM, or on disk and read in place from its mapping
             // (fetchSlot): the CPU computes it, nothing crosses the link
@@ -639,36 +606,6 @@ void WeightStore::dropFetched(Unit& u)
     u.ready = false;
 }
 
-at::Tensor WeightStore::pooledCopy(const at::Tensor& src, const RtDevice& dev)
-{
-    // Kept whole, shape and all: a view of a flat buffer would hold a second
-    // reference to it (its autograd base) and never look free again.
-    at::Tensor out;
-    {
-        std::lock_guard<std::mutex> lock(m_poolMutex);
-        auto it = m_pool.find({&dev, int(m_weightDType), src.sizes().vec()});
-        if (it != m_pool.end() && !it->second.empty()) {
-            out = std::move(it->second.back());
-            it->second.pop_back();
-        }
-    }
-    if (!out.defined())
-        out = at::empty(src.sizes(), at::TensorOptions().dtype(m_weightDType).device(dev.torch));
-    out.copy_(src);
-    return out;
-}
-
-void WeightStore::returnToPool(const RtDevice& dev, at::Tensor t)
-{
-    // Only a buffer nothing else holds (a unit's output may alias a weight).
-    if (!t.defined() || t.is_view() || t.storage().use_count() != 1)
-        return;
-    std::lock_guard<std::mutex> lock(m_poolMutex);
-    auto& free = m_pool[{&dev, int(t.scalar_type()), t.sizes().vec()}];
-    if (free.size() < 4) // two units in flight need two of each shape
-        free.push_back(std::move(t));
-}
-
 void WeightStore::settle()
 {
     std::unique_lock<std::mutex> lock(m_mutex);
@@ -685,6 +622,7 @@ void WeightStore::releaseAll()
     m_current = nullptr;
     std::lock_guard<std::mutex> pool(m_poolMutex);
     m_pool.clear();
+    m_poolBytes = 0;
 }
 
 void WeightStore::leave(const std::string& name)

@@ -144,7 +144,10 @@ private:
     // A copy of `bytes` that began at `t0` crosses the simulated link
     // (simulatedPcieBytesPerSecond): copies queue on it one after another,
     // and the caller waits for the link once it owes more than kLinkSlack
-    // (a sleep shorter than that oversleeps by a good part of itself).
+    // (a sleep shorter than that oversleeps by a good part of itself). What
+    // a sleep overslept is the next copy's credit: it may start that much
+    // before it was asked for (kLinkSlack at most), so the link carries its
+    // rate on average.
     void crossSimulatedLink(uint64_t bytes, double t0, const std::function<bool()>& going = {});
     static constexpr double kLinkSlack = 1e-3;
     void prefetchLoop();
@@ -161,6 +164,8 @@ private:
     at::ScalarType m_weightDType = at::kFloat;
     std::mutex m_poolMutex; // the prefetcher takes, the compute thread returns
     std::map<std::tuple<const RtDevice*, int, std::vector<int64_t>>, std::vector<at::Tensor>> m_pool;
+    uint64_t m_poolBytes = 0;   // what m_pool holds
+    uint64_t m_poolCap = 0;     // two of the largest unit (setOrder)
     std::deque<RtDevice> m_devices;
     RtDevice* m_exec = nullptr; // points into m_devices (a deque: stable addresses)
     std::unique_ptr<OffloadFolder> m_offload;
@@ -174,6 +179,7 @@ private:
     std::condition_variable m_cv;
     std::mutex m_linkMutex;
     double m_linkFree = 0; // when the simulated link has carried every copy so far (m_telemetry's clock)
+    double m_linkCredit = 0; // seconds the last wait for the link overslept
     // Position in m_order of the unit entered last: the prefetcher works
     // ahead of it; -1 until the next enter() (after a failure, say).
     int64_t m_entered = -1;

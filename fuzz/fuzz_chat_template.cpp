@@ -1,4 +1,4 @@
-// Chat templates (engine/tokenizer/chattemplate.cpp: lexer, parser,
+// Chat templates (engine/tokenizer/chattemplate*.cpp: lexer, parser,
 // evaluator): the input is a Jinja template, then optionally the JSON object
 // of its variables (kSeparator between). Parsed; rendered with that object
 // (when it is one) and as --chat renders it (one user message with the

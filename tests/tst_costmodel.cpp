@@ -65,6 +65,19 @@ std::string profileWith(const std::string& field, const std::string& value)
 
 constexpr uint64_t kGB = 1'000'000'000ULL;
 
+// RAM and disk read at 1 GB/s, a CPU of 1 TFLOP/s: bytes cost 1 ns each and
+// compute nothing that shows.
+HardwareProfile slowBox()
+{
+    HardwareProfile p;
+    p.name = "box";
+    p.ramBandwidth = 1e9;
+    p.cpuFlops = 1e12;
+    p.ramBytes = 64 * kGB;
+    p.diskReadBandwidth = 1e9;
+    return p;
+}
+
 } // namespace
 
 // Slots are declared here and defined below: moc misreads raw strings in a class body.
@@ -465,12 +478,7 @@ void TestCostModel::jsonErrors()
 void TestCostModel::fixedCostsAddPerTokenUnitAndDiskUnit()
 {
     // 1 MB in RAM read at 1 GB/s: 1 ms of bytes (CPU 1 TFLOP/s: compute far below).
-    HardwareProfile p;
-    p.name = "box";
-    p.ramBandwidth = 1e9;
-    p.cpuFlops = 1e12;
-    p.ramBytes = 64 * kGB;
-    p.diskReadBandwidth = 1e9;
+    HardwareProfile p = slowBox();
     p.fixedCosts["prefetch"] = {1e-3, 1e-4, 5e-4};
     const Placement ram{{Device::cpu(), 1'000'000}};
     // 1 ms of bytes + 1 ms per token + 10 units x 0.1 ms.
@@ -559,12 +567,7 @@ void TestCostModel::routedExpertsCostPerExpertATokenComputes()
              int64_t(0));
     // The whole-tree estimate adds 8 x perExpert to its fixed part and
     // nothing to its bytes.
-    HardwareProfile p;
-    p.name = "box";
-    p.ramBandwidth = 1e9;
-    p.cpuFlops = 1e12;
-    p.ramBytes = 64 * kGB;
-    p.diskReadBandwidth = 1e9;
+    HardwareProfile p = slowBox();
     const Plan plan = planFromDeviceMap(tree, ram, "all in RAM");
     p.fixedCosts["prefetch"] = {1e-3, 1e-4, 0};
     const CostEstimate without = estimateDecode(plan, tree, p, ExecutionPolicy::Prefetch);

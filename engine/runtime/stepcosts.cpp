@@ -23,6 +23,27 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Every tensor `config` saves, in float32: norms 1, the rest `next()`.
+template <class Next>
+void writeWeights(const fs::path& out, const std::string& config, Next next)
+{
+    std::vector<TensorBlob> blobs;
+    for (const SavedTensor& t : savedTensors(ModelConfig::parse(config, (out / "config.json").string()), DType::F32)) {
+        TensorBlob b{t.name, DType::F32, t.shape, {}};
+        size_t n = 1;
+        for (int64_t d : t.shape)
+            n *= size_t(d);
+        b.bytes.resize(n * 4);
+        const bool norm = t.shape.size() == 1;
+        for (size_t i = 0; i < n; ++i) {
+            const float v = norm ? 1.0f : next();
+            std::memcpy(b.bytes.data() + i * 4, &v, 4);
+        }
+        blobs.push_back(std::move(b));
+    }
+    writeSafetensors((out / "model.safetensors").string(), blobs);
+}
+
 // A Llama of `layers` layers in heads of 32 (a head width the decode
 // kernels take, as real checkpoints' are: with heads of 8 the attention fell
 // back to LibTorch's operations and a layer cost twice what the demo's
@@ -42,21 +63,7 @@ fs::path writeTinyLlama(const fs::path& dir, int layers, int hidden = 64, int in
     std::ofstream(out / "config.json") << config;
     std::mt19937 rng{static_cast<uint32_t>(layers)};
     std::normal_distribution<float> dist(0.0f, 0.02f);
-    std::vector<TensorBlob> blobs;
-    for (const SavedTensor& t : savedTensors(ModelConfig::parse(config, (out / "config.json").string()), DType::F32)) {
-        TensorBlob b{t.name, DType::F32, t.shape, {}};
-        size_t n = 1;
-        for (int64_t d : t.shape)
-            n *= size_t(d);
-        b.bytes.resize(n * 4);
-        const bool norm = t.shape.size() == 1;
-        for (size_t i = 0; i < n; ++i) {
-            const float v = norm ? 1.0f : dist(rng);
-            std::memcpy(b.bytes.data() + i * 4, &v, 4);
-        }
-        blobs.push_back(std::move(b));
-    }
-    writeSafetensors((out / "model.safetensors").string(), blobs);
+    writeWeights(out, config, [&] { return dist(rng); });
     return out;
 }
 
@@ -88,22 +95,10 @@ fs::path writeTinyMoe(const fs::path& dir, int topK, const fs::path& weightsFrom
         return out;
     }
     uint64_t state = 0x9E3779B97F4A7C15ULL;
-    std::vector<TensorBlob> blobs;
-    for (const SavedTensor& t : savedTensors(ModelConfig::parse(config, (out / "config.json").string()), DType::F32)) {
-        TensorBlob b{t.name, DType::F32, t.shape, {}};
-        size_t n = 1;
-        for (int64_t d : t.shape)
-            n *= size_t(d);
-        b.bytes.resize(n * 4);
-        const bool norm = t.shape.size() == 1;
-        for (size_t i = 0; i < n; ++i) {
-            state ^= state << 13, state ^= state >> 7, state ^= state << 17; // xorshift64
-            const float v = norm ? 1.0f : (float(state >> 40) / float(1 << 24) - 0.5f) * 0.08f;
-            std::memcpy(b.bytes.data() + i * 4, &v, 4);
-        }
-        blobs.push_back(std::move(b));
-    }
-    writeSafetensors(weights.string(), blobs);
+    writeWeights(out, config, [&] {
+        state ^= state << 13, state ^= state >> 7, state ^= state << 17; // xorshift64
+        return (float(state >> 40) / float(1 << 24) - 0.5f) * 0.08f;
+    });
     return out;
 }
 

@@ -2,7 +2,7 @@
 // against hand-computed datasheet figures; presets, profile JSON and the
 // self-test of this machine.
 #include "fixtures.h"
-#include "moefixtures.h"
+#include "costfixtures.h"
 
 #include "stowage/checkpoint.h"
 #include "stowage/costmodel.h"
@@ -18,24 +18,13 @@
 #include <functional>
 
 using namespace stowage;
+using fixtures::errorOf;
+using fixtures::kGB;
+using fixtures::near;
+using fixtures::Placement;
+using fixtures::profileWith;
 
 namespace {
-
-using Placement = std::vector<std::pair<Device, uint64_t>>;
-
-// Relative comparison: the figures are ~1e-3 s, too small for qFuzzyCompare's
-// absolute fallback to mean anything, and the formulas are exact.
-bool near(double a, double b) { return std::abs(a - b) <= 1e-9 * std::max(std::abs(a), std::abs(b)); }
-
-QString errorOf(const std::function<void()>& fn)
-{
-    try {
-        fn();
-    } catch (const InputError& e) {
-        return QString::fromStdString(e.what());
-    }
-    return {};
-}
 
 const DeviceShare* shareOf(const CostEstimate& e, Device d)
 {
@@ -46,37 +35,6 @@ const DeviceShare* shareOf(const CostEstimate& e, Device d)
 }
 
 Placement split(uint64_t gpu, uint64_t cpu) { return {{Device::gpu(0), gpu}, {Device::cpu(), cpu}}; }
-
-// A valid profile with one field replaced, for the error tests.
-std::string profileWith(const std::string& field, const std::string& value)
-{
-    std::string json = R"({"name": "box", "ramBytes": 1000, "ramBandwidth": 5e10, "diskReadBandwidth": 3e9,
-                           "cpuFlops": 1e12, "gpus": [{"name": "g", "memoryBytes": 24000000000,
-                           "memoryBandwidth": 1e12, "h2dPinned": 2.4e10, "h2dPageable": 1.2e10, "flops": 1e14}]})";
-    const std::string key = "\"" + field + "\": ";
-    const size_t at = json.find(key);
-    if (at == std::string::npos)
-        return json;
-    const size_t begin = at + key.size();
-    // "gpus" is last and holds commas: replace up to the closing brace.
-    const size_t end = field == "gpus" ? json.size() - 1 : json.find_first_of(",}", begin);
-    return json.substr(0, begin) + value + json.substr(end);
-}
-
-constexpr uint64_t kGB = 1'000'000'000ULL;
-
-// RAM and disk read at 1 GB/s, a CPU of 1 TFLOP/s: bytes cost 1 ns each and
-// compute nothing that shows.
-HardwareProfile slowBox()
-{
-    HardwareProfile p;
-    p.name = "box";
-    p.ramBandwidth = 1e9;
-    p.cpuFlops = 1e12;
-    p.ramBytes = 64 * kGB;
-    p.diskReadBandwidth = 1e9;
-    return p;
-}
 
 } // namespace
 
@@ -103,11 +61,6 @@ private slots:
     void unknownPresetNamesIt();
     void jsonRoundTrip();
     void jsonErrors();
-    void fixedCostsAddPerTokenUnitAndDiskUnit();
-    void stepUnitsCountTheTreesUnitsOnDisk();
-    void routedExpertsCostPerExpertATokenComputes();
-    void fixedCostsInProfileJson();
-    void fixedCostsCacheIsPerCpu();
     void runtimeEnvironmentLeavesTheUsersAlone();
     void measuresThisMachinePlausibly();
     void timesFileReads();
@@ -475,142 +428,6 @@ void TestCostModel::jsonErrors()
     QVERIFY(err(profileWith("cpuFlops", "1e12, \"simulated\": 1")).contains("\"simulated\" must be true or false"));
 }
 
-void TestCostModel::fixedCostsAddPerTokenUnitAndDiskUnit()
-{
-    // 1 MB in RAM read at 1 GB/s: 1 ms of bytes (CPU 1 TFLOP/s: compute far below).
-    HardwareProfile p = slowBox();
-    p.fixedCosts["prefetch"] = {1e-3, 1e-4, 5e-4};
-    const Placement ram{{Device::cpu(), 1'000'000}};
-    // 1 ms of bytes + 1 ms per token + 10 units x 0.1 ms.
-    auto e = estimateDecode(ram, 1'000'000 / 2, p, ExecutionPolicy::Prefetch, 0, {10, 0});
-    QVERIFY2(near(e.secondsPerToken, 3e-3), qPrintable(QString::number(e.secondsPerToken, 'g', 12)));
-    QVERIFY(near(e.fixedSeconds, 2e-3));
-    QCOMPARE(e.devices.size(), size_t(1));
-    QVERIFY(near(e.devices[0].seconds, 1e-3)); // the device's part is its bytes only
-    QCOMPARE(e.devices[0].share, 1.0);
-    // 4 of the 10 units fetched from disk: 4 x 0.5 ms more.
-    e = estimateDecode(ram, 1'000'000 / 2, p, ExecutionPolicy::Prefetch, 0, {10, 4});
-    QVERIFY(near(e.fixedSeconds, 4e-3));
-    QVERIFY(near(e.secondsPerToken, 5e-3));
-    // 6 routed experts a token at 0.2 ms each: 1.2 ms more.
-    p.fixedCosts["prefetch"].perExpert = 2e-4;
-    e = estimateDecode(ram, 1'000'000 / 2, p, ExecutionPolicy::Prefetch, 0, {10, 4, 6});
-    QVERIFY(near(e.fixedSeconds, 5.2e-3));
-    QVERIFY(near(e.secondsPerToken, 6.2e-3));
-    // A policy the profile has no fixed costs for counts bytes alone.
-    e = estimateDecode(ram, 1'000'000 / 2, p, ExecutionPolicy::AccelerateLike, 0, {10, 4, 6});
-    QCOMPARE(e.fixedSeconds, 0.0);
-    QVERIFY(near(e.secondsPerToken, 1e-3));
-}
-
-void TestCostModel::stepUnitsCountTheTreesUnitsOnDisk()
-{
-    // A 3-layer Llama, config + index only: its runner's units are
-    // embed_tokens, layers.0-2, norm and lm_head (engine/model/families/llama.cpp).
-    QTemporaryDir dir;
-    fixtures::LlamaShape s;
-    s.vocab = 64, s.hidden = 16, s.intermediate = 32, s.layers = 3, s.heads = 4, s.kvHeads = 2, s.tied = false;
-    fixtures::writeJson((dir.path() + "/config.json").toStdString(), fixtures::llamaConfig(s, DType::F32));
-    fixtures::writeSharded(dir.path().toStdString(), fixtures::llamaTensors(s, DType::F32), 1, true, false);
-    const Checkpoint ck = Checkpoint::open(dir.path().toStdString());
-    const ModuleTree tree = buildModuleTree(ck, DType::F32, Reference::Transformers);
-    QCOMPARE(executionUnits(tree).size(), size_t(6));
-
-    StepUnits u = stepUnits(tree, {{"", Device::cpu()}});
-    QCOMPARE(u.total, 6);
-    QCOMPARE(u.onDisk, 0);
-    u = stepUnits(tree, {{"model.embed_tokens", Device::cpu()}, {"model.layers.0", Device::cpu()},
-                         {"model.layers.1", Device::disk()}, {"model.layers.2", Device::disk()},
-                         {"model.norm", Device::cpu()}, {"model.rotary_emb", Device::cpu()}, {"lm_head", Device::disk()}});
-    QCOMPARE(u.total, 6);
-    QCOMPARE(u.onDisk, 3);
-    // A layer split below the unit (its MLP on disk) waits for the disk too.
-    u = stepUnits(tree, {{"model.embed_tokens", Device::cpu()}, {"model.layers.0.self_attn", Device::cpu()},
-                         {"model.layers.0.mlp", Device::disk()}, {"model.layers.0.input_layernorm", Device::cpu()},
-                         {"model.layers.0.post_attention_layernorm", Device::cpu()}, {"model.layers.1", Device::cpu()},
-                         {"model.layers.2", Device::cpu()}, {"model.norm", Device::cpu()},
-                         {"model.rotary_emb", Device::cpu()}, {"lm_head", Device::cpu()}});
-    QCOMPARE(u.onDisk, 1);
-}
-
-void TestCostModel::routedExpertsCostPerExpertATokenComputes()
-{
-    // A Mixtral of 4 layers, 8 experts, two a token (config + index only):
-    // each layer computes 2 routed experts, 8 a token, wherever they live.
-    QTemporaryDir dir;
-    fixtures::MoeShape s;
-    s.vocab = 1000, s.hidden = 64, s.intermediate = 128, s.layers = 4, s.experts = 8;
-    fixtures::writeSharded(dir.path().toStdString(), fixtures::moeTensors(s, DType::F32), 1, true, false);
-    fixtures::writeJson((dir.path() + "/config.json").toStdString(), fixtures::moeConfig(s, DType::F32));
-    const ModuleTree tree = buildModuleTree(Checkpoint::open(dir.path().toStdString()), DType::F32);
-    QCOMPARE(tree.expertsPerToken(), int64_t(2));
-    const DeviceMap ram{{"", Device::cpu()}};
-    QCOMPARE(stepUnits(tree, ram).experts, int64_t(8));
-    const DeviceMap split{{"model.embed_tokens", Device::cpu()}, {"model.layers.0", Device::cpu()},
-                          {"model.layers.1", Device::cpu()},     {"model.layers.2.self_attn", Device::cpu()},
-                          {"model.layers.2.mlp", Device::disk()}, {"model.layers.2.input_layernorm", Device::cpu()},
-                          {"model.layers.2.post_attention_layernorm", Device::cpu()},
-                          {"model.layers.3", Device::disk()},    {"model.norm", Device::cpu()},
-                          {"model.rotary_emb", Device::cpu()},   {"lm_head", Device::cpu()}};
-    const StepUnits u = stepUnits(tree, split);
-    QCOMPARE(u.experts, int64_t(8));
-    QCOMPARE(u.onDisk, 2);
-    // A dense Llama computes none.
-    QTemporaryDir llama;
-    fixtures::LlamaShape l;
-    l.vocab = 64, l.hidden = 16, l.intermediate = 32, l.layers = 3, l.heads = 4, l.kvHeads = 2;
-    fixtures::writeJson((llama.path() + "/config.json").toStdString(), fixtures::llamaConfig(l, DType::F32));
-    fixtures::writeSharded(llama.path().toStdString(), fixtures::llamaTensors(l, DType::F32), 1, true, false);
-    QCOMPARE(stepUnits(buildModuleTree(Checkpoint::open(llama.path().toStdString()), DType::F32, Reference::Transformers),
-                       ram)
-                 .experts,
-             int64_t(0));
-    // The whole-tree estimate adds 8 x perExpert to its fixed part and
-    // nothing to its bytes.
-    HardwareProfile p = slowBox();
-    const Plan plan = planFromDeviceMap(tree, ram, "all in RAM");
-    p.fixedCosts["prefetch"] = {1e-3, 1e-4, 0};
-    const CostEstimate without = estimateDecode(plan, tree, p, ExecutionPolicy::Prefetch);
-    p.fixedCosts["prefetch"].perExpert = 5e-5;
-    const CostEstimate with = estimateDecode(plan, tree, p, ExecutionPolicy::Prefetch);
-    QVERIFY2(near(with.fixedSeconds - without.fixedSeconds, 8 * 5e-5), qPrintable(QString::number(with.fixedSeconds)));
-    QVERIFY(near(with.secondsPerToken - without.secondsPerToken, 8 * 5e-5));
-}
-
-void TestCostModel::fixedCostsInProfileJson()
-{
-    HardwareProfile p = hardwarePreset("t4");
-    p.fixedCosts["accelerate-like"] = {2e-3, 3e-4, 1e-4};
-    p.fixedCosts["compute-where-it-lives"] = {1e-3, 0, 0};
-    const HardwareProfile q = profileFromJson(profileToJson(p), "p.json");
-    QCOMPARE(q.fixedCosts.size(), size_t(2));
-    QCOMPARE(q.fixedCosts.at("accelerate-like").perToken, 2e-3);
-    QCOMPARE(q.fixedCosts.at("accelerate-like").perUnit, 3e-4);
-    QCOMPARE(q.fixedCosts.at("accelerate-like").perDiskUnit, 1e-4);
-    QCOMPARE(q.fixedCosts.at("compute-where-it-lives").perToken, 1e-3);
-    QCOMPARE(q.fixedCosts.at("accelerate-like").copyBandwidth, 0.0); // not timed: not written
-    QCOMPARE(q.fixedCosts.at("accelerate-like").perExpert, 0.0);
-    QVERIFY(profileToJson(p).find("perExpert") == std::string::npos);
-    p.fixedCosts["compute-where-it-lives"].perExpert = 2.5e-5;
-    QCOMPARE(profileFromJson(profileToJson(p), "p.json").fixedCosts.at("compute-where-it-lives").perExpert, 2.5e-5);
-    p.fixedCosts["compute-where-it-lives"].perExpert = 0;
-    QVERIFY(profileToJson(p).find("copyBandwidth") == std::string::npos);
-    p.fixedCosts["accelerate-like"].copyBandwidth = 3.2e9;
-    QCOMPARE(profileFromJson(profileToJson(p), "p.json").fixedCosts.at("accelerate-like").copyBandwidth, 3.2e9);
-    auto err = [](const std::string& costs) {
-        return errorOf([&] { profileFromJson(profileWith("cpuFlops", "1e12, \"fixedCosts\": " + costs), "hw.json"); });
-    };
-    QVERIFY(err(R"({"prefetch": {"perToken": 0.001}})").isEmpty());
-    QVERIFY(err(R"({"prefetch": {"perToken": -0.001}})").contains("fixedCosts.prefetch.perToken must be a non-negative"));
-    QVERIFY(err(R"({"fast": {"perToken": 0.001}})").contains("unknown policy \"fast\""));
-    QVERIFY(err(R"({"prefetch": {"perExpert": "fast"}})").contains("fixedCosts.prefetch.perExpert must be a non-negative"));
-    QVERIFY(err(R"({"prefetch": {"perTok": 0.001}})").contains("unknown field \"perTok\""));
-    QVERIFY(err("[1]").contains("fixedCosts must be an object"));
-    QVERIFY(err(R"({"accelerate-like": {"copyBandwidth": -1}})")
-                .contains("fixedCosts.accelerate-like.copyBandwidth must be a non-negative number of bytes per second"));
-    QVERIFY(err(R"({"prefetch": {"perToken": 0.001}})").isEmpty());
-}
-
 void TestCostModel::runtimeEnvironmentLeavesTheUsersAlone()
 {
     const char* names[] = {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OPENBLAS_THREAD_TIMEOUT", "OPENBLAS_CORETYPE"};
@@ -656,50 +473,6 @@ void TestCostModel::runtimeEnvironmentLeavesTheUsersAlone()
             qunsetenv(names[i]);
         else
             qputenv(names[i], before[i]);
-}
-
-void TestCostModel::fixedCostsCacheIsPerCpu()
-{
-    QTemporaryDir dir;
-    const QByteArray before = qgetenv("STOWAGE_CACHE_DIR");
-    qputenv("STOWAGE_CACHE_DIR", dir.path().toUtf8());
-    QCOMPARE(QString::fromStdString(fixedCostsCachePath()), dir.path() + "/fixed-costs.json");
-    QVERIFY(loadFixedCosts().empty()); // nothing measured yet
-    saveFixedCosts({{"prefetch", {1e-3, 2e-4, 3e-4}}}, "2026-12-06");
-    std::string when;
-    auto c = loadFixedCosts(&when);
-    QCOMPARE(when, std::string("2026-12-06"));
-    QCOMPARE(c.size(), size_t(1));
-    QCOMPARE(c.at("prefetch").perUnit, 2e-4);
-    // Figures measured on another CPU are not this machine's.
-    fixtures::writeJson((dir.path() + "/fixed-costs.json").toStdString(),
-                        {{"Some Other CPU, 64 cores", {{"measured", "2026-01-01"}, {"fixedCosts", {{"prefetch", {{"perToken", 1.0}}}}}}}});
-    QVERIFY(loadFixedCosts().empty());
-    // Nor are this CPU's figures from an earlier runtime (no "revision":
-    // measured while OpenBLAS's threads still spun beside decode).
-    {
-        nlohmann::json saved;
-        {
-            QFile f(dir.path() + "/fixed-costs.json");
-            saveFixedCosts({{"prefetch", {1e-3, 2e-4, 3e-4}}}, "2026-12-06");
-            QVERIFY(f.open(QIODevice::ReadOnly));
-            saved = nlohmann::json::parse(f.readAll().toStdString());
-        }
-        QCOMPARE(loadFixedCosts().size(), size_t(1));
-        for (auto& entry : saved) // this CPU's, and the other CPU's written above
-            entry.erase("revision");
-        fixtures::writeJson((dir.path() + "/fixed-costs.json").toStdString(), saved);
-        QVERIFY(loadFixedCosts().empty());
-    }
-    // A damaged file is measured again, never an error.
-    fixtures::writeBytes((dir.path() + "/fixed-costs.json").toStdString(), "{not json");
-    QVERIFY(loadFixedCosts().empty());
-    saveFixedCosts({{"prefetch", {1e-3, 2e-4, 3e-4}}}, "2026-12-07");
-    QCOMPARE(loadFixedCosts().size(), size_t(1));
-    if (before.isNull())
-        qunsetenv("STOWAGE_CACHE_DIR");
-    else
-        qputenv("STOWAGE_CACHE_DIR", before);
 }
 
 // The test is compiled with the same flags as the engine, so this says

@@ -52,6 +52,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <numeric>
 #include <sstream>
 #include <thread>
 #include <unistd.h>
@@ -527,8 +528,7 @@ int main(int argc, char** argv)
                 ws.push_back(pool[i]);
             const at::Tensor x = at::randn({k});
             std::vector<int> order(static_cast<size_t>(mats), 0);
-            for (int i = 0; i < mats; ++i)
-                order[size_t(i)] = i;
+            std::iota(order.begin(), order.end(), 0);
             double best = 1e30;
             uint32_t seed = 1;
             for (int rep = 0; rep < 5; ++rep) {

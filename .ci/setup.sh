@@ -42,3 +42,11 @@ if ! /usr/bin/python3 -c "import torch, numpy, jinja2" >/dev/null 2>&1; then
   echo "python3-torch / python3-numpy / python3-jinja2 do not import: the reference comparisons need them" >&2
   [ "${CI:-}" = "true" ] && exit 1
 fi
+# llama.cpp's llama-server from Debian sid, unpacked under build/engines (no root,
+# nothing under /usr): tst_gguf checks the GGUF export with it, and the Deploy
+# tab starts it. sid moves; a failed install stops CI, as its comparison must run.
+if ! "$(dirname "$0")/../tools/engines/install-llama-cpp.sh"; then
+  echo "tools/engines/install-llama-cpp.sh failed: tst_gguf's llama-server comparison needs it" >&2
+  [ "${CI:-}" = "true" ] && exit 1
+  echo "warning: tst_gguf will skip its llama-server comparisons" >&2
+fi

@@ -11,6 +11,7 @@ int planCommand(const std::vector<std::string>& args);
 int tokenizeCommand(const std::vector<std::string>& args);
 int shopCommand(const std::vector<std::string>& args);
 int deployCommand(const std::vector<std::string>& args);
+int ggufCommand(const std::vector<std::string>& args);
 // `measureFixedCosts` runs the runtime plugin's timing of fixed costs (this
 // machine only, not for a preset); a failure there leaves them unmeasured.
 int hardwareCommand(const std::vector<std::string>& args, const std::function<int()>& measureFixedCosts = {});

@@ -42,6 +42,7 @@ const char* kUsage =
     "  deploy  [PATH] --gpu PRESET [--nodes N] [--gpus-per-node G] [--engine vllm|sglang|tgi|llama.cpp|transformers]\n"
     "          [--context C] [--sequences S] [--memory-fraction F] [--expert-parallel] [--model-id ID] [--json] [-o FILE]\n"
     "                                         tensor x pipeline parallel choices on a serving engine, and its launch\n"
+    "  gguf    [PATH] (-o FILE.gguf | --check) the checkpoint as one GGUF file for llama.cpp (llama, mistral, qwen2/3)\n"
     "\n"
     "PATH is a checkpoint folder, an index .json, a .safetensors/.bin file or a\n"
     "Hub cache folder (models--org--name); without it the bundled demo is used.\n";
@@ -108,6 +109,8 @@ int main(int argc, char** argv)
             return stowage::cli::shopCommand(args);
         if (command == "deploy")
             return stowage::cli::deployCommand(args);
+        if (command == "gguf")
+            return stowage::cli::ggufCommand(args);
         std::fprintf(stderr, "stowage-cli: unknown command '%s' (try --help)\n", command.c_str());
         return 2;
     });

@@ -180,14 +180,7 @@ std::vector<int32_t> Session::encodePrompt(const std::string& text) const
         throw InputError("prompt", "this checkpoint has no tokenizer to encode text with (" + m_impl->tokenizerProblem +
                                        "); give token ids instead");
     std::vector<int32_t> ids = tok->encode(text);
-    bool addBos = false;
-    if (auto cfg = m_impl->sideJson("tokenizer_config.json"); cfg && cfg->contains("add_bos_token") &&
-                                                               (*cfg)["add_bos_token"].is_boolean()) {
-        addBos = (*cfg)["add_bos_token"].get<bool>();
-    } else if (m_impl->checkpoint->config()) {
-        // Llama-style and OPT tokenizers put BOS first, as transformers' encode does by default.
-        addBos = addsBosByDefault(m_impl->checkpoint->config()->modelType());
-    }
+    const bool addBos = addsBos(*m_impl->checkpoint);
     if (tok->bosId() && addBos)
         ids.insert(ids.begin(), *tok->bosId());
     if (ids.empty() && tok->bosId())

@@ -3,7 +3,8 @@
 
 The engine:
 
-    formats <- model <- plan <- runtime;  tokenizer uses formats only.
+    formats <- model <- plan <- runtime;  tokenizer uses formats only;
+    export (GGUF) uses model and tokenizer.
 
 Every public header in engine/include/stowage/ belongs to one layer (the
 table below); a source file in engine/LAYER/ may include headers of its own
@@ -40,6 +41,7 @@ HEADERS = {
              "runtimeenv.h"],
     "runtime": ["generate.h", "model.h", "runtimeinfo.h", "session.h", "telemetry.h"],
     "tokenizer": ["tokenizer.h", "chattemplate.h"],
+    "export": ["gguf.h"],
 }
 # What each engine folder may include, beyond its own headers.
 ALLOWED = {
@@ -48,6 +50,7 @@ ALLOWED = {
     "plan": {"formats", "model", "plan"},
     "runtime": {"formats", "model", "plan", "runtime", "tokenizer"},
     "tokenizer": {"formats", "tokenizer"},
+    "export": {"formats", "model", "tokenizer", "export"},
 }
 
 # The folders above the engine: which of their siblings' headers each may

@@ -16,6 +16,7 @@
 
 namespace stowage {
 
+class Checkpoint;
 class ModuleTree;
 
 // The families, in registry order (families.def); each enumerator is the
@@ -35,6 +36,9 @@ std::optional<std::string> familyOf(const std::string& modelType);
 // Whether transformers' tokenizer for this model_type puts BOS first when
 // tokenizer_config.json does not say (Llama and OPT tokenizers do).
 bool addsBosByDefault(const std::string& modelType);
+// Whether an encoded prompt starts with BOS: tokenizer_config.json's
+// add_bos_token when it says, else addsBosByDefault(config's model_type).
+bool addsBos(const Checkpoint& ck);
 
 // One decoder layer's KV cache where it is not 2 x kvHeads x headDim values
 // at every position (AttentionShape::cache).

@@ -2,6 +2,10 @@
 // registry, answered from its table (registry.cpp).
 #include "registry.h"
 
+#include "stowage/checkpoint.h"
+
+#include <nlohmann/json.hpp>
+
 namespace stowage {
 
 std::vector<std::string> knownModelTypes()
@@ -34,6 +38,18 @@ bool addsBosByDefault(const std::string& modelType)
             if (modelType == t.modelType)
                 return t.addsBos;
     return false;
+}
+
+bool addsBos(const Checkpoint& ck)
+{
+    if (auto text = ck.readSideFile("tokenizer_config.json")) {
+        // An unreadable file falls back to the default, as transformers warns and goes on.
+        const auto cfg = nlohmann::json::parse(*text, nullptr, false);
+        if (cfg.is_object() && cfg.contains("add_bos_token") && cfg["add_bos_token"].is_boolean())
+            return cfg["add_bos_token"].get<bool>();
+    }
+    // Llama-style and OPT tokenizers put BOS first, as transformers' encode does by default.
+    return ck.config() && addsBosByDefault(ck.config()->modelType());
 }
 
 std::optional<AttentionShape> attentionShape(const ModelConfig& config)

@@ -7,6 +7,7 @@
 // (raise_exception, an undefined attribute, a type error) must be refused.
 // The rest are unit tests: loading from a folder, errors that name the file
 // and the construct, and the limits that keep a template from hanging.
+#include "inputerror.h"
 #include "skip.h"
 #include "tokenizertestdata.h"
 
@@ -24,6 +25,7 @@
 using namespace stowage;
 using namespace tokenizertest;
 using J = nlohmann::ordered_json;
+using fixtures::errorOf;
 
 namespace {
 
@@ -33,16 +35,6 @@ struct RefCase {
     std::optional<std::string> rendered;
     std::string error;
 };
-
-QString errorOf(const std::function<void()>& f)
-{
-    try {
-        f();
-    } catch (const InputError& e) {
-        return QString::fromStdString(e.what());
-    }
-    return {};
-}
 
 std::string renderText(const std::string& source, const J& ctx = J::object())
 {

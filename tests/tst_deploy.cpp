@@ -185,6 +185,18 @@ private slots:
                      "-c 4096 --parallel 1 --rpc NODE1_IP:50052") &&
                      QString::fromStdString(lc.command).startsWith("# on node 1: ggml-rpc-server -H 0.0.0.0 -p 50052\n"),
                  lc.command.c_str());
+        // Its KV cache is F16 and each sequence's cells are padded to 256:
+        // -c 3000 --parallel 3 keeps 3 x 1024 cells (vLLM's 16-token blocks
+        // would give 1008). A position of a layer holds K and V of 8 KV heads
+        // x 128 in 2 bytes: 4,096 bytes; 5 layers a device: 62,914,560 bytes.
+        const int context = r.contextTokens, sequences = r.sequences;
+        r.contextTokens = 1000;
+        r.sequences = 3;
+        p = planDeployment(tree, *ck.config(), cl, r, "m");
+        QCOMPARE(choice(p, 1, 16).kvPerGpu, uint64_t(62'914'560));
+        QVERIFY(choice(p, 1, 16).command.find(" -c 3000 --parallel 3") != std::string::npos);
+        r.contextTokens = context;
+        r.sequences = sequences;
         // vLLM at TP 16 replicates them: one KV head a rank.
         r.engine = ServingEngine::Vllm;
         p = planDeployment(tree, *ck.config(), wide, r, "m");

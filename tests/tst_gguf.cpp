@@ -7,6 +7,7 @@
 // exported file must be the text Stowage's own runner generates.
 #include "engineserver.h"
 #include "fixtures.h"
+#include "inputerror.h"
 #include "skip.h"
 
 #include "stowage/checkpoint.h"
@@ -25,6 +26,7 @@
 
 using namespace stowage;
 namespace fs = std::filesystem;
+using fixtures::errorOf;
 
 namespace {
 
@@ -136,16 +138,6 @@ void writeQwen3(const std::string& dir, DType dt, bool tied)
     fixtures::writeJson(dir + "/config.json", cfg);
     for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
         fs::copy_file(kDemo + "/" + f, dir + "/" + f, fs::copy_options::overwrite_existing);
-}
-
-QString errorOf(const std::function<void()>& f)
-{
-    try {
-        f();
-    } catch (const InputError& e) {
-        return QString::fromStdString(e.what());
-    }
-    return {};
 }
 
 } // namespace

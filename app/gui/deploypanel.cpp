@@ -1,6 +1,7 @@
 #include "deploypanel.h"
 
 #include "display.h"
+#include "enginerunpanel.h"
 #include "stowage/units.h"
 
 #include <QApplication>
@@ -100,6 +101,8 @@ DeployPanel::DeployPanel(QWidget* parent) : QWidget(parent)
     connect(m_copy, &QPushButton::clicked, this,
             [this] { QApplication::clipboard()->setText(m_command->toPlainText()); });
 
+    m_run = new EngineRunPanel(this);
+
     auto* layout = new QVBoxLayout(this);
     layout->addLayout(form);
     layout->addWidget(m_status);
@@ -111,6 +114,7 @@ DeployPanel::DeployPanel(QWidget* parent) : QWidget(parent)
     bottom->addWidget(m_command, 1);
     bottom->addWidget(m_copy, 0, Qt::AlignTop);
     layout->addLayout(bottom);
+    layout->addWidget(m_run);
 
     for (QComboBox* c : {m_engine, m_gpu})
         connect(c, &QComboBox::currentIndexChanged, this, &DeployPanel::replan);
@@ -125,6 +129,8 @@ DeployPanel::DeployPanel(QWidget* parent) : QWidget(parent)
 void DeployPanel::setModel(std::shared_ptr<const ModuleTree> tree, std::optional<ModelConfig> config,
                            const QString& modelPath)
 {
+    if (modelPath != m_modelPath || tree != m_tree)
+        m_run->modelChanged(); // a running engine serves the model it was started with
     m_tree = std::move(tree);
     m_config = std::move(config);
     m_modelPath = modelPath;
@@ -138,6 +144,7 @@ void DeployPanel::replan()
     m_picture->setChoice(nullptr, 1, 1);
     m_command->clear();
     m_copy->setEnabled(false);
+    m_run->setLaunch(ServingEngine(m_engine->currentData().toInt()), {}, 1, m_tree ? m_modelPath : QString());
     if (!m_tree || !m_config) {
         m_status->setText(m_tree ? tr("Deploy planning needs the checkpoint's config.json.")
                                  : tr("Open a model to plan its deployment."));
@@ -193,12 +200,16 @@ void DeployPanel::showChoice(int row)
         m_picture->setChoice(nullptr, 1, 1);
         m_command->clear();
         m_copy->setEnabled(false);
+        m_run->setLaunch(ServingEngine(m_engine->currentData().toInt()), {}, 1, m_tree ? m_modelPath : QString());
         return;
     }
     const DeployChoice& c = m_plan.choices[size_t(row)];
     m_picture->setChoice(&c, m_nodes->value(), m_perNode->value());
     m_command->setPlainText(c.fits ? QString::fromStdString(c.command) : QString::fromStdString(c.why));
     m_copy->setEnabled(c.fits);
+    const int perNode = std::max(1, m_perNode->value());
+    m_run->setLaunch(ServingEngine(m_engine->currentData().toInt()), c.fits ? QString::fromStdString(c.command) : QString(),
+                     (c.tp * c.pp + perNode - 1) / perNode, m_modelPath, c.weightsPerGpu, c.kvPerGpu);
 }
 
 DeployPicture::DeployPicture(QWidget* parent) : QWidget(parent) { setMinimumSize(200, 80); }

@@ -4,7 +4,8 @@
 // engine allows, what each GPU holds and whether it fits, the decode speed,
 // and for the selected choice one strip per node (each GPU's weights, KV
 // cache and overhead against what the engine may use) and its launch
-// command, copyable. Planning is milliseconds: it follows every change at
+// command, copyable, and where the engine is installed here, Start to run
+// it on this machine (enginerunpanel.h). Planning is milliseconds: it follows every change at
 // once, never showing choices for other inputs.
 #include "stowage/config.h"
 #include "stowage/deploy.h"
@@ -27,6 +28,7 @@ class QTableView;
 namespace stowage {
 
 class DeployPicture;
+class EngineRunPanel;
 
 class DeployPanel : public QWidget {
     Q_OBJECT
@@ -47,6 +49,7 @@ public:
     QPushButton* copyButton() const { return m_copy; }
     QLabel* statusLabel() const { return m_status; }
     DeployPicture* picture() const { return m_picture; }
+    EngineRunPanel* runPanel() const { return m_run; }
     const DeployPlan& plan() const { return m_plan; }
 
 public slots:
@@ -68,6 +71,7 @@ private:
     DeployPicture* m_picture;
     QPlainTextEdit* m_command;
     QPushButton* m_copy;
+    EngineRunPanel* m_run;
     std::shared_ptr<const ModuleTree> m_tree;
     std::optional<ModelConfig> m_config;
     QString m_modelPath;

@@ -93,6 +93,8 @@ void EngineServer::start(const QString& program, const QStringList& arguments, i
     }
     m_program = QFileInfo(program).fileName();
     m_log.clear();
+    m_partialLine.clear();
+    m_reported = {};
     m_ready = false;
     m_stopping = false;
     m_startTimeoutMs = startTimeoutMs;
@@ -239,9 +241,32 @@ void EngineServer::readOutput()
 {
     if (!m_process)
         return;
-    m_log += QString::fromUtf8(m_process->readAll());
+    const QByteArray bytes = m_process->readAll();
+    m_log += QString::fromUtf8(bytes);
+    m_partialLine += bytes;
+    for (int nl; (nl = int(m_partialLine.indexOf('\n'))) >= 0;) {
+        parseLine(QString::fromUtf8(m_partialLine.left(nl)));
+        m_partialLine.remove(0, nl + 1);
+    }
+    if (m_partialLine.size() > kLogLimit)
+        m_partialLine.clear(); // no line is that long; what follows the next newline is read again
     if (m_log.size() > kLogLimit)
         m_log.remove(0, m_log.size() - kLogLimit);
+}
+
+void EngineServer::parseLine(const QString& line)
+{
+    // "load_tensors:   CPU_Mapped model buffer size =     6.23 MiB",
+    // "llama_kv_cache:        CPU KV buffer size =     0.38 MiB",
+    // "sched_reserve:        CPU compute buffer size =     1.79 MiB" (llama.cpp 0.7.0).
+    static const QRegularExpression re(QStringLiteral(" (model|KV|compute) buffer size = +([0-9.]+) MiB"));
+    const auto m = re.match(line);
+    if (!m.hasMatch())
+        return;
+    const double bytes = m.captured(2).toDouble() * 1024.0 * 1024.0;
+    const QString what = m.captured(1);
+    (what == QLatin1String("model") ? m_reported.weights : what == QLatin1String("KV") ? m_reported.kvCache
+                                                                                      : m_reported.compute) += bytes;
 }
 
 QString EngineServer::logTail(int lines) const

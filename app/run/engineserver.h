@@ -50,6 +50,15 @@ public:
     qint64 processId() const;
     QString log() const { return m_log; } // the last 64 KiB of its output
 
+    // What llama-server says it allocated (at --log-verbosity 4): the sums
+    // over devices of its "model buffer size", "KV buffer size" and
+    // "compute buffer size" lines, in bytes (it prints MiB to 2 decimals).
+    struct Reported {
+        double weights = 0, kvCache = 0, compute = 0;
+        bool known() const { return weights > 0; }
+    };
+    Reported reported() const { return m_reported; }
+
 signals:
     void ready();
     void failed(const QString& message);
@@ -65,6 +74,7 @@ signals:
 private:
     void pollHealth();
     void readOutput();
+    void parseLine(const QString& line);
     void readStream();
     void sampleMemory();
     void processEnded(int exitCode, QProcess::ExitStatus status);
@@ -76,6 +86,8 @@ private:
     QTimer* m_memory = nullptr;
     QPointer<QNetworkReply> m_reply;
     QByteArray m_sse;
+    QByteArray m_partialLine;
+    Reported m_reported;
     QString m_log;
     QString m_program;
     quint16 m_port = 0;

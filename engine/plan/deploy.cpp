@@ -192,7 +192,13 @@ DeployPlan planDeployment(const ModuleTree& tree, const ModelConfig& config, con
                                 ? 1.0 - double(uint64_t(1) << 30) / double(cluster.gpu.memoryBytes)
                                 : 0.95;
     const int total = cluster.nodes * cluster.gpusPerNode;
-    const int block = req.engine == ServingEngine::Sglang ? 1 : 16; // KV page, tokens
+    // KV cache: vLLM's 16-token blocks, SGLang's pages of 1; llama.cpp keeps
+    // each sequence's cells padded to 256 in F16 (--cache-type-k/-v's
+    // default), whatever the weights' type (llama-server 0.7.0's own log:
+    // "-c 300" gives 512 cells, K (f16)).
+    const bool llamaCpp = req.engine == ServingEngine::LlamaCpp;
+    const int block = req.engine == ServingEngine::Sglang ? 1 : llamaCpp ? 256 : 16;
+    const double kvEl = llamaCpp ? 2.0 : el;
     const int64_t tokens = (int64_t(req.contextTokens) + block - 1) / block * block * req.sequences;
 
     DeployPlan plan;
@@ -267,13 +273,13 @@ DeployPlan planDeployment(const ModuleTree& tree, const ModelConfig& config, con
             // KV per position on each stage's GPUs.
             std::vector<double> stageKv(size_t(pp), 0.0);
             for (int l = 0; l < s.layers; ++l) {
-                double perPosition = 2.0 * double(kvRank * s.headDim) * el;
+                double perPosition = 2.0 * double(kvRank * s.headDim) * kvEl;
                 if (!s.cache.empty() && size_t(l) < s.cache.size()) {
                     const LayerCacheShape& lc = s.cache[size_t(l)];
                     // MLA's latent is one "head", on every rank; windows are kept whole (vLLM pages them too)
                     perPosition = lc.elementsPerPosition < 2 * s.kvHeads * s.headDim
-                                      ? double(lc.elementsPerPosition) * el
-                                      : double(lc.elementsPerPosition) * el * double(kvRank) / double(s.kvHeads);
+                                      ? double(lc.elementsPerPosition) * kvEl
+                                      : double(lc.elementsPerPosition) * kvEl * double(kvRank) / double(s.kvHeads);
                 }
                 stageKv[size_t(stageOf[size_t(l)])] += perPosition;
             }

@@ -2,6 +2,7 @@
 // Test support for the cost-model suites (tst_costmodel, tst_fixedcosts),
 // header only: a placement, exact comparison of computed seconds, the text of
 // an input error, and a profile with one field replaced.
+#include "inputerror.h"
 #include "stowage/device.h"
 #include "stowage/error.h"
 
@@ -22,16 +23,6 @@ using Placement = std::vector<std::pair<stowage::Device, uint64_t>>;
 // Relative comparison: the figures are ~1e-3 s, too small for qFuzzyCompare's
 // absolute fallback to mean anything, and the formulas are exact.
 inline bool near(double a, double b) { return std::abs(a - b) <= 1e-9 * std::max(std::abs(a), std::abs(b)); }
-
-inline QString errorOf(const std::function<void()>& fn)
-{
-    try {
-        fn();
-    } catch (const stowage::InputError& e) {
-        return QString::fromStdString(e.what());
-    }
-    return {};
-}
 
 // A valid profile with one field replaced, for the error tests.
 inline std::string profileWith(const std::string& field, const std::string& value)

@@ -41,6 +41,8 @@ class TestEngineRun : public QObject {
     // The window on `path`, its Deploy tab showing llama.cpp on one GPU.
     DeployPanel* openDeploy(MainWindow& w, const QString& path)
     {
+        w.resize(1400, 1100);
+        w.show();
         QSignalSpy opened(&w, &MainWindow::checkpointOpened);
         w.openCheckpoint(path);
         if (!QTest::qWaitFor([&] { return opened.count() == 1; }, 20000))
@@ -75,8 +77,6 @@ private slots:
         const auto expected = QString::fromStdString(nlohmann::json::parse(run.out.toStdString())["text"].get<std::string>());
 
         MainWindow w({false, false, {}, false});
-        w.resize(1400, 1100);
-        w.show();
         DeployPanel* d = openDeploy(w, kDemo);
         QVERIFY(d);
         EngineRunPanel* p = d->runPanel();
@@ -138,8 +138,6 @@ private slots:
     void saysWhyItCannotStart()
     {
         MainWindow w({false, false, {}, false});
-        w.resize(1400, 1100);
-        w.show();
         DeployPanel* d = openDeploy(w, kDemo);
         QVERIFY(d);
         EngineRunPanel* p = d->runPanel();

@@ -166,6 +166,7 @@ void EngineRunPanel::modelChanged()
         m_cancelFlag->store(true);
     m_server->stop();
     m_output->clear();
+    m_gguf.clear(); // the next model's file is asked for, never written over this one's
 }
 
 void EngineRunPanel::refresh()

@@ -104,10 +104,12 @@ void EngineServer::start(const QString& program, const QStringList& arguments, i
     connect(m_process, &QProcess::finished, this, &EngineServer::processEnded);
     connect(m_process, &QProcess::errorOccurred, this, [this](QProcess::ProcessError e) {
         if (e == QProcess::FailedToStart) {
-            emit failed(QStringLiteral("%1 could not be started: %2").arg(m_program, m_process->errorString()));
+            const QString why = m_process->errorString();
             m_process->deleteLater();
             m_process = nullptr;
             m_health->stop();
+            m_memory->stop();
+            emit failed(QStringLiteral("%1 could not be started: %2").arg(m_program, why));
         }
     });
     m_process->start(program, arguments + QStringList{QStringLiteral("--host"), QStringLiteral("127.0.0.1"),
@@ -306,11 +308,12 @@ void EngineServer::processEnded(int exitCode, QProcess::ExitStatus status)
         description = QStringLiteral("%1 crashed:\n%2").arg(m_program, logTail(8));
     else
         description = QStringLiteral("%1 exited with code %2:\n%3").arg(m_program).arg(exitCode).arg(logTail(8));
-    if (!wasReady && !m_stopping)
-        emit failed(description);
-    emit ended(description);
     m_process->deleteLater();
     m_process = nullptr;
+    if (!wasReady && !m_stopping)
+        emit failed(description); // it never served: a failed start, not an end
+    else
+        emit ended(description);
 }
 
 } // namespace stowage

@@ -62,7 +62,8 @@ public:
 signals:
     void ready();
     void failed(const QString& message);
-    // The process is gone (stopped by the user, or ended by itself).
+    // The process is gone after it served or was stopped (one that ends
+    // before it answered /health is reported by failed() instead).
     void ended(const QString& description);
     void text(const QString& piece);
     // `pieces`: streamed events that carried text; `seconds` from the request.

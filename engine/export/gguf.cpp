@@ -134,6 +134,11 @@ struct Writer {
         for (const auto& s : v)
             str(s);
     }
+    void kvF32s(const std::string& k, const std::vector<float>& v)
+    {
+        key(k, kArray), u32(kF32), u64(v.size());
+        raw(v.data(), v.size() * 4);
+    }
     void kvI32s(const std::string& k, const std::vector<int32_t>& v)
     {
         key(k, kArray), u32(kI32), u64(v.size());
@@ -362,11 +367,19 @@ Layout layOut(const Checkpoint& ck)
         if (cfg.has("moe_intermediate_size"))
             count([&] { w.kvU32(a + ".expert_feed_forward_length", uint32_t(cfg.positive("moe_intermediate_size"))); });
     }
-    count([&] { w.kvStr("tokenizer.ggml.model", "gpt2"); });
-    count([&] { w.kvStr("tokenizer.ggml.pre", L.vocab.pre); });
+    count([&] { w.kvStr("tokenizer.ggml.model", L.vocab.model); });
+    if (!L.vocab.pre.empty())
+        count([&] { w.kvStr("tokenizer.ggml.pre", L.vocab.pre); });
     count([&] { w.kvStrings("tokenizer.ggml.tokens", L.vocab.tokens); });
+    if (!L.vocab.scores.empty())
+        count([&] { w.kvF32s("tokenizer.ggml.scores", L.vocab.scores); });
     count([&] { w.kvI32s("tokenizer.ggml.token_type", L.vocab.types); });
-    count([&] { w.kvStrings("tokenizer.ggml.merges", L.vocab.merges); });
+    if (L.vocab.model == "gpt2")
+        count([&] { w.kvStrings("tokenizer.ggml.merges", L.vocab.merges); });
+    else
+        count([&] { w.kvBool("tokenizer.ggml.add_space_prefix", L.vocab.addSpacePrefix); });
+    if (L.vocab.unk)
+        count([&] { w.kvU32("tokenizer.ggml.unknown_token_id", uint32_t(*L.vocab.unk)); });
     if (L.vocab.bos)
         count([&] { w.kvU32("tokenizer.ggml.bos_token_id", uint32_t(*L.vocab.bos)); });
     if (L.vocab.eos)

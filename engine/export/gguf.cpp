@@ -169,18 +169,18 @@ float halfToFloat(uint16_t h)
     return f;
 }
 
-// The bytes of one tensor as GGUF stores it.
-std::vector<uint8_t> tensorBytes(const Checkpoint& ck, const OutTensor& t)
+// Whether a tensor's GGUF bytes are its stored bytes (each expert's, in
+// order, for a stack): written straight from the mapping.
+bool storedAsIs(const OutTensor& t)
+{
+    const TensorInfo& src = *t.sources.front();
+    return t.sources.size() > 1 || (t.permuteHeads == 0 && (t.type != kGgmlF32 || src.dtype == DType::F32));
+}
+
+// The bytes of a tensor that is widened (1-D F16/BF16 to F32) or permuted.
+std::vector<uint8_t> convertedBytes(const Checkpoint& ck, const OutTensor& t)
 {
     std::vector<uint8_t> out(t.bytes);
-    if (t.sources.size() > 1) { // experts stacked as stored, expert 0 first
-        uint8_t* at = out.data();
-        for (const TensorInfo* e : t.sources) {
-            std::memcpy(at, ck.data(*e), e->nbytes);
-            at += e->nbytes;
-        }
-        return out;
-    }
     const TensorInfo& src = *t.sources.front();
     const uint8_t* data = ck.data(src);
     if (t.type == kGgmlF32 && src.dtype != DType::F32) { // a 1-D F16/BF16 weight, widened
@@ -196,10 +196,6 @@ std::vector<uint8_t> tensorBytes(const Checkpoint& ck, const OutTensor& t)
             }
             std::memcpy(out.data() + 4 * i, &f, 4);
         }
-        return out;
-    }
-    if (t.permuteHeads == 0) {
-        std::memcpy(out.data(), data, t.bytes);
         return out;
     }
     // convert_hf_to_gguf's permute: rows (head, half, j) -> (head, j, half),
@@ -434,22 +430,34 @@ GgufExport exportGguf(const Checkpoint& ck, const std::string& outPath,
         throw InputError(outPath, "cannot write: " + why);
     };
     uint64_t written = 0;
-    auto put = [&](const void* p, size_t n) {
-        if (n && std::fwrite(p, 1, n, f.get()) != n)
-            fail(std::strerror(errno ? errno : EIO));
-        written += n;
+    // In pieces of at most 64 MiB, asking `progress` before each: a 2 GB
+    // embedding is neither held twice nor written without a chance to cancel.
+    auto put = [&](const void* p, uint64_t n) {
+        const auto* bytes = static_cast<const uint8_t*>(p);
+        for (uint64_t at = 0; at < n;) {
+            if (progress && !progress(written, total)) {
+                f.reset();
+                std::remove(tmp.c_str());
+                throw Cancelled();
+            }
+            const size_t piece = size_t(std::min<uint64_t>(n - at, uint64_t(64) << 20));
+            if (std::fwrite(bytes + at, 1, piece, f.get()) != piece)
+                fail(std::strerror(errno ? errno : EIO));
+            at += piece;
+            written += piece;
+        }
     };
     put(L.header.data(), L.header.size());
     static const char zeros[kAlignment] = {};
     for (const auto& o : L.tensors) {
-        if (progress && !progress(written, total)) {
-            f.reset();
-            std::remove(tmp.c_str());
-            throw Cancelled();
+        if (storedAsIs(o)) {
+            for (const TensorInfo* e : o.sources) // experts stacked as stored, expert 0 first
+                put(ck.data(*e), e->nbytes);
+        } else {
+            const auto bytes = convertedBytes(ck, o);
+            put(bytes.data(), bytes.size());
         }
-        const auto bytes = tensorBytes(ck, o);
-        put(bytes.data(), bytes.size());
-        put(zeros, size_t((kAlignment - o.bytes % kAlignment) % kAlignment));
+        put(zeros, (kAlignment - o.bytes % kAlignment) % kAlignment);
     }
     if (std::fclose(f.release()) != 0) {
         std::remove(tmp.c_str());

@@ -144,6 +144,17 @@ private slots:
         p->setProgram(QString());
         QVERIFY(!p->startButton()->isEnabled());
         QVERIFY2(p->statusLabel()->text().contains("install-llama-cpp.sh"), qPrintable(p->statusLabel()->text()));
+        // Without an engine here the file is the hand-off: Write GGUF still works.
+        QVERIFY(p->writeButton()->isEnabled());
+        const QString gguf = m_tmp.path() + "/written.gguf";
+        p->setGgufPath(gguf);
+        QTest::mouseClick(p->writeButton(), Qt::LeftButton);
+        QTRY_VERIFY_WITH_TIMEOUT(p->statusLabel()->text().startsWith("Wrote"), 60000);
+        QVERIFY2(p->statusLabel()->text().contains("written.gguf"), qPrintable(p->statusLabel()->text()));
+        QFile written(gguf);
+        QVERIFY(written.open(QIODevice::ReadOnly));
+        QCOMPARE(written.read(4), QByteArray("GGUF"));
+        QVERIFY(p->server()->processId() == 0); // written, not started
         p->setProgram(QStringLiteral("/bin/true"));
         QVERIFY2(p->startButton()->isEnabled(), qPrintable(p->statusLabel()->text()));
         // Two nodes of one GPU each: the first choice that spans both cannot start here.

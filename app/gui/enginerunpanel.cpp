@@ -38,6 +38,9 @@ EngineRunPanel::EngineRunPanel(QWidget* parent)
     m_start->setToolTip(tr("Write the model as GGUF and start llama-server with this launch on 127.0.0.1"));
     m_stop = new QPushButton(tr("Stop"), this);
     m_stop->setObjectName("engineStop");
+    m_write = new QPushButton(tr("Write GGUF…"), this);
+    m_write->setObjectName("engineWriteGguf");
+    m_write->setToolTip(tr("Write the model as one GGUF file, the MODEL.gguf llama.cpp's launch loads"));
     m_progress = new QProgressBar(this);
     m_progress->setObjectName("engineProgress");
     m_progress->setRange(0, 1000);
@@ -66,6 +69,7 @@ EngineRunPanel::EngineRunPanel(QWidget* parent)
     top->addWidget(m_progress);
     top->addWidget(m_cancel);
     top->addWidget(m_memory);
+    top->addWidget(m_write);
     top->addWidget(m_start);
     top->addWidget(m_stop);
     auto* ask = new QHBoxLayout;
@@ -79,6 +83,10 @@ EngineRunPanel::EngineRunPanel(QWidget* parent)
     layout->addWidget(m_output);
 
     connect(m_start, &QPushButton::clicked, this, &EngineRunPanel::start);
+    connect(m_write, &QPushButton::clicked, this, [this] {
+        if (m_write->isEnabled())
+            writeGguf(false);
+    });
     connect(m_stop, &QPushButton::clicked, this, [this] { m_server->stop(); });
     connect(m_cancel, &QPushButton::clicked, this, [this] {
         if (m_cancelFlag)
@@ -196,6 +204,10 @@ void EngineRunPanel::refresh()
         why = tr("This choice spans %1 nodes; starting it here would run only this one. Pick a one-node choice.")
                   .arg(m_nodes);
     m_start->setEnabled(why.isEmpty() && !running && !m_writing);
+    // The file alone needs no engine here: it is what the launch elsewhere loads.
+    m_write->setEnabled(m_engine == ServingEngine::LlamaCpp && !m_checkpoint.isEmpty() && m_exportProblem.isEmpty() &&
+                        !m_writing);
+    m_write->setVisible(m_engine == ServingEngine::LlamaCpp);
     if (m_writing)
         m_status->setText(tr("Writing %1 for llama-server…").arg(QDir::toNativeSeparators(m_gguf)));
     else if (ready) {
@@ -227,8 +239,12 @@ void EngineRunPanel::setWriting(bool on)
 
 void EngineRunPanel::start()
 {
-    if (!m_start->isEnabled())
-        return;
+    if (m_start->isEnabled())
+        writeGguf(true);
+}
+
+void EngineRunPanel::writeGguf(bool thenStart)
+{
     if (m_gguf.isEmpty()) {
         QSettings settings;
         const QString folder = settings.value("deploy/ggufFolder", QDir::homePath()).toString();
@@ -250,15 +266,18 @@ void EngineRunPanel::start()
     tick->start(100);
     auto* watcher = new QFutureWatcher<QString>(this);
     const QString gguf = m_gguf;
-    connect(watcher, &QFutureWatcher<QString>::finished, this, [this, watcher, tick, gguf] {
+    connect(watcher, &QFutureWatcher<QString>::finished, this, [this, watcher, tick, gguf, thenStart] {
         watcher->deleteLater();
         tick->deleteLater();
         const QString error = watcher->result();
         setWriting(false);
-        if (error.isEmpty())
+        if (!error.isEmpty())
+            m_status->setText(error);
+        else if (thenStart)
             startServer(gguf);
         else
-            m_status->setText(error);
+            m_status->setText(tr("Wrote %1 (%2) for llama.cpp: the launch's MODEL.gguf.")
+                                  .arg(QDir::toNativeSeparators(gguf), formatBytes(uint64_t(QFileInfo(gguf).size()))));
     });
     watcher->setFuture(QtConcurrent::run([checkpoint = m_checkpoint.toStdString(), out = gguf.toStdString(),
                                           cancel = m_cancelFlag, permille = m_permille]() -> QString {

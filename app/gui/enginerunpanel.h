@@ -1,5 +1,7 @@
 #pragma once
-// "Run it here" under the Deploy tab's launch command: where the selected
+// "Run it here" under the Deploy tab's launch command. For llama.cpp, Write
+// GGUF writes the model file its launch loads (the hand-off needs no engine
+// here). Where the selected
 // engine is installed on this machine (llama.cpp's llama-server for now),
 // write the model in the engine's format (GGUF, with progress and Cancel,
 // into a file the user chose), start the engine with the launch's own
@@ -48,6 +50,7 @@ public:
     QLabel* statusLabel() const { return m_status; }
     QPushButton* startButton() const { return m_start; }
     QPushButton* stopButton() const { return m_stop; }
+    QPushButton* writeButton() const { return m_write; }
     QPushButton* generateButton() const { return m_generate; }
     QLineEdit* promptEdit() const { return m_prompt; }
     QSpinBox* maxTokensBox() const { return m_maxTokens; }
@@ -59,6 +62,8 @@ public:
 
 private:
     void start();
+    // Writes the GGUF (asking where first, unless set), then starts llama-server on it when `thenStart`.
+    void writeGguf(bool thenStart);
     void startServer(const QString& gguf);
     void generate();
     void refresh();
@@ -68,6 +73,7 @@ private:
     QLabel* m_status;
     QPushButton* m_start;
     QPushButton* m_stop;
+    QPushButton* m_write;
     QLineEdit* m_prompt;
     QSpinBox* m_maxTokens;
     QPushButton* m_generate;

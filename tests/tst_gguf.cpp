@@ -130,6 +130,17 @@ Gguf readGguf(const std::string& path)
     return g;
 }
 
+// config.json (256 positions, <s> and </s> of the demo) and the demo's tokenizer files in `dir`.
+void writeConfigWithDemoTokenizer(const std::string& dir, nlohmann::json cfg)
+{
+    cfg["max_position_embeddings"] = 256;
+    cfg["bos_token_id"] = 0;
+    cfg["eos_token_id"] = 1;
+    fixtures::writeJson(dir + "/config.json", cfg);
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+        fs::copy_file(kDemo + "/" + f, dir + "/" + f, fs::copy_options::overwrite_existing);
+}
+
 // A Qwen3-shaped checkpoint (q/k norms, head_dim 16) with the demo's tokenizer.
 void writeQwen3(const std::string& dir, DType dt, bool tied)
 {
@@ -145,13 +156,8 @@ void writeQwen3(const std::string& dir, DType dt, bool tied)
     cfg["model_type"] = "qwen3";
     cfg["architectures"] = {"Qwen3ForCausalLM"};
     cfg["head_dim"] = 16;
-    cfg["max_position_embeddings"] = 256;
     cfg["rope_theta"] = 10000.0;
-    cfg["bos_token_id"] = 0;
-    cfg["eos_token_id"] = 1;
-    fixtures::writeJson(dir + "/config.json", cfg);
-    for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
-        fs::copy_file(kDemo + "/" + f, dir + "/" + f, fs::copy_options::overwrite_existing);
+    writeConfigWithDemoTokenizer(dir, cfg);
 }
 
 // A Mixtral or Qwen3-MoE shape (4 experts, top 2) with the demo's tokenizer.
@@ -162,13 +168,7 @@ void writeMoe(const std::string& dir, const std::string& type)
     s.layers = 2, s.heads = 4, s.kvHeads = 2, s.experts = 4, s.topK = 2;
     fs::create_directories(dir);
     fixtures::writeRandomSafetensors(dir + "/model.safetensors", fixtures::moeTensors(s, DType::F32), 5);
-    auto cfg = fixtures::moeConfig(s, DType::F32);
-    cfg["max_position_embeddings"] = 256;
-    cfg["bos_token_id"] = 0;
-    cfg["eos_token_id"] = 1;
-    fixtures::writeJson(dir + "/config.json", cfg);
-    for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
-        fs::copy_file(kDemo + "/" + f, dir + "/" + f, fs::copy_options::overwrite_existing);
+    writeConfigWithDemoTokenizer(dir, fixtures::moeConfig(s, DType::F32));
 }
 
 } // namespace

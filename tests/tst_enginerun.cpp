@@ -109,6 +109,7 @@ private slots:
                  qPrintable(p->statusLabel()->text()));
         QVERIFY(!p->progress()->isVisible());
         QVERIFY(p->stopButton()->isEnabled());
+        QVERIFY(!p->writeButton()->isEnabled()); // not while it serves a file
 
         p->promptEdit()->setText(prompt);
         p->maxTokensBox()->setValue(12);

@@ -205,8 +205,9 @@ void EngineRunPanel::refresh()
                   .arg(m_nodes);
     m_start->setEnabled(why.isEmpty() && !running && !m_writing);
     // The file alone needs no engine here: it is what the launch elsewhere loads.
+    // Not while an engine serves a file: writing one would change what the line above says it serves.
     m_write->setEnabled(m_engine == ServingEngine::LlamaCpp && !m_checkpoint.isEmpty() && m_exportProblem.isEmpty() &&
-                        !m_writing);
+                        !m_writing && !running);
     m_write->setVisible(m_engine == ServingEngine::LlamaCpp);
     if (m_writing)
         m_status->setText(tr("Writing %1 for llama-server…").arg(QDir::toNativeSeparators(m_gguf)));

@@ -1,5 +1,6 @@
 #include "ggufvocab.h"
 
+#include "stowage/chattemplate.h"
 #include "stowage/checkpoint.h"
 #include "stowage/error.h"
 #include "stowage/families.h"
@@ -72,24 +73,15 @@ std::optional<bool> spacePrefix(const nlohmann::json& tj)
     return std::nullopt;
 }
 
+// The template the window's chat uses (ChatTemplate::sourceInFolder); one
+// it cannot read is left out, as llama.cpp then runs without one.
 std::string chatTemplate(const Checkpoint& ck)
 {
-    if (auto jinja = ck.readSideFile("chat_template.jinja"))
-        return *jinja;
-    auto text = ck.readSideFile("tokenizer_config.json");
-    if (!text)
-        return {};
-    const auto cfg = nlohmann::json::parse(*text, nullptr, false);
-    if (!cfg.is_object() || !cfg.contains("chat_template"))
-        return {};
-    const auto& t = cfg["chat_template"];
-    if (t.is_string())
-        return t.get<std::string>();
-    if (t.is_array())
-        for (const auto& named : t)
-            if (named.is_object() && named.value("name", "") == "default" && named.contains("template") &&
-                named["template"].is_string())
-                return named["template"].get<std::string>();
+    try {
+        if (auto source = ChatTemplate::sourceInFolder(ck.folder()))
+            return source->text;
+    } catch (const InputError&) {
+    }
     return {};
 }
 

@@ -81,37 +81,65 @@ ChatTemplate::~ChatTemplate() = default;
 ChatTemplate::ChatTemplate(const ChatTemplate&) = default;
 ChatTemplate& ChatTemplate::operator=(const ChatTemplate&) = default;
 
-std::optional<ChatTemplate> ChatTemplate::fromFolder(const std::string& folder)
+namespace {
+
+// The folder's template source, as transformers 5.6 picks it (fromFolder);
+// `cfg` is its tokenizer_config.json (an empty object when absent).
+std::optional<ChatTemplate::Source> sourceIn(const std::string& folder, const J& cfg)
 {
     namespace fs = std::filesystem;
     const std::string cfgPath = (fs::path(folder) / "tokenizer_config.json").string();
     const std::string jinjaPath = (fs::path(folder) / "chat_template.jinja").string();
     std::error_code ec;
-    J cfg = fs::is_regular_file(cfgPath, ec) ? readJsonFile(cfgPath) : J::object();
-    std::optional<ChatTemplate> t;
-    if (fs::is_regular_file(jinjaPath, ec)) {
-        t.emplace(readTextFile(jinjaPath), jinjaPath);
-    } else if (cfg.is_object() && cfg.contains("chat_template") && !cfg["chat_template"].is_null()) {
-        const J& ct = cfg["chat_template"];
-        if (ct.is_string()) {
-            t.emplace(ct.get<std::string>(), cfgPath + " (chat_template)");
-        } else if (ct.is_array()) {
-            for (const auto& e : ct) {
-                if (!e.is_object() || !e.contains("name") || !e.contains("template") || !e["name"].is_string() ||
-                    !e["template"].is_string())
-                    throw InputError(cfgPath, "chat_template: a list entry is not {\"name\": ..., \"template\": ...}");
-                if (e["name"] == "default")
-                    t.emplace(e["template"].get<std::string>(), cfgPath + " (chat_template \"default\")");
-            }
-            if (!t)
-                throw InputError(cfgPath, "chat_template lists several templates and none is named \"default\"");
-        } else
-            throw InputError(cfgPath, "chat_template is neither a string nor a list of {name, template}");
-    }
-    if (!t)
+    if (fs::is_regular_file(jinjaPath, ec))
+        return ChatTemplate::Source{readTextFile(jinjaPath), jinjaPath};
+    if (!cfg.is_object() || !cfg.contains("chat_template") || cfg["chat_template"].is_null())
         return std::nullopt;
+    const J& ct = cfg["chat_template"];
+    if (ct.is_string())
+        return ChatTemplate::Source{ct.get<std::string>(), cfgPath + " (chat_template)"};
+    if (!ct.is_array())
+        throw InputError(cfgPath, "chat_template is neither a string nor a list of {name, template}");
+    std::optional<ChatTemplate::Source> found;
+    for (const auto& e : ct) {
+        if (!e.is_object() || !e.contains("name") || !e.contains("template") || !e["name"].is_string() ||
+            !e["template"].is_string())
+            throw InputError(cfgPath, "chat_template: a list entry is not {\"name\": ..., \"template\": ...}");
+        if (e["name"] == "default")
+            found = ChatTemplate::Source{e["template"].get<std::string>(), cfgPath + " (chat_template \"default\")"};
+    }
+    if (!found)
+        throw InputError(cfgPath, "chat_template lists several templates and none is named \"default\"");
+    return found;
+}
+
+J tokenizerConfig(const std::string& folder)
+{
+    namespace fs = std::filesystem;
+    const std::string cfgPath = (fs::path(folder) / "tokenizer_config.json").string();
+    std::error_code ec;
+    return fs::is_regular_file(cfgPath, ec) ? readJsonFile(cfgPath) : J::object();
+}
+
+} // namespace
+
+std::optional<ChatTemplate::Source> ChatTemplate::sourceInFolder(const std::string& folder)
+{
+    return sourceIn(folder, tokenizerConfig(folder));
+}
+
+std::optional<ChatTemplate> ChatTemplate::fromFolder(const std::string& folder)
+{
+    namespace fs = std::filesystem;
+    const J cfg = tokenizerConfig(folder);
+    const auto source = sourceIn(folder, cfg);
+    if (!source)
+        return std::nullopt;
+    std::optional<ChatTemplate> t;
+    t.emplace(source->text, source->path);
     J tokens = J::object();
     addSpecialTokens(cfg, tokens);
+    std::error_code ec;
     const std::string mapPath = (fs::path(folder) / "special_tokens_map.json").string();
     if (fs::is_regular_file(mapPath, ec))
         addSpecialTokens(readJsonFile(mapPath), tokens);

@@ -32,6 +32,12 @@ public:
     // special_tokens_map.json where the config lacks them. nullopt when the
     // folder has no template; InputError when a file is malformed.
     static std::optional<ChatTemplate> fromFolder(const std::string& folder);
+    // The template fromFolder would use, unparsed, and the file (and key) it
+    // came from: what a GGUF export carries as tokenizer.chat_template.
+    struct Source {
+        std::string text, path;
+    };
+    static std::optional<Source> sourceInFolder(const std::string& folder);
 
     // The template with `context` as its variables (a JSON object); the
     // special tokens read by fromFolder come first, `context` overrides them.

@@ -464,7 +464,8 @@ private slots:
         for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
             fs::copy_file(json + "/" + f, dir + "/" + f, fs::copy_options::overwrite_existing);
         const Checkpoint ck = Checkpoint::open(dir);
-        exportGguf(ck, path("llama2vocab.gguf"));
+        // What the CLI prints as the tokenizer: no pre-tokenizer name, SentencePiece's model.
+        QCOMPARE(exportGguf(ck, path("llama2vocab.gguf")).tokenizerPre, std::string("llama"));
         const Gguf g = readGguf(path("llama2vocab.gguf"));
         QCOMPARE(g.get<std::string>("tokenizer.ggml.model"), std::string("llama"));
         QCOMPARE(g.get<bool>("tokenizer.ggml.add_space_prefix"), true);

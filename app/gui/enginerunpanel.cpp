@@ -175,6 +175,7 @@ void EngineRunPanel::modelChanged()
     m_server->stop();
     m_output->clear();
     m_gguf.clear(); // the next model's file is asked for, never written over this one's
+    m_checkpoint.clear(); // and whether it can be written is checked again, even at the same path
 }
 
 void EngineRunPanel::refresh()

@@ -169,6 +169,9 @@ float halfToFloat(uint16_t h)
     return f;
 }
 
+// The ggml type of a stored F32, F16 or BF16 tensor.
+uint32_t ggmlType(DType t) { return t == DType::F32 ? kGgmlF32 : t == DType::F16 ? kGgmlF16 : kGgmlBf16; }
+
 // Whether a tensor's GGUF bytes are its stored bytes (each expert's, in
 // order, for a stack): written straight from the mapping.
 bool storedAsIs(const OutTensor& t)
@@ -285,7 +288,7 @@ Layout layOut(const Checkpoint& ck)
                 o.name = name->name;
                 o.sources.assign(size_t(experts), nullptr);
                 o.ne = {uint64_t(t.shape[1]), uint64_t(t.shape[0]), uint64_t(experts)};
-                o.type = t.dtype == DType::F32 ? kGgmlF32 : t.dtype == DType::F16 ? kGgmlF16 : kGgmlBf16;
+                o.type = ggmlType(t.dtype);
                 o.bytes = t.nbytes * uint64_t(experts);
                 L.tensors.push_back(o);
             }
@@ -305,7 +308,7 @@ Layout layOut(const Checkpoint& ck)
         if (t.shape.size() == 1)
             o.type = kGgmlF32; // convert_hf_to_gguf keeps 1-D tensors (norms, biases) in F32
         else
-            o.type = t.dtype == DType::F32 ? kGgmlF32 : t.dtype == DType::F16 ? kGgmlF16 : kGgmlBf16;
+            o.type = ggmlType(t.dtype);
         o.bytes = t.numel() * (o.type == kGgmlF32 ? 4 : 2);
         if (family->permuteQk && t.shape.size() == 2) {
             const bool q = o.name.find(".attn_q.") != std::string::npos, k = o.name.find(".attn_k.") != std::string::npos;
@@ -471,7 +474,7 @@ GgufExport exportGguf(const Checkpoint& ck, const std::string& outPath,
     }
     if (progress)
         progress(total, total);
-    return {L.family.arch, L.vocab.pre, L.tensors.size(), total};
+    return {L.family.arch, L.vocab.pre.empty() ? L.vocab.model : L.vocab.pre, L.tensors.size(), total};
 }
 
 } // namespace stowage

@@ -18,7 +18,7 @@ class Checkpoint;
 
 struct GgufExport {
     std::string architecture;  // general.architecture: "llama", "qwen2", "qwen3", "qwen3moe"
-    std::string tokenizerPre;  // tokenizer.ggml.pre: "gpt-2", "llama-bpe", "qwen2"
+    std::string tokenizerPre;  // tokenizer.ggml.pre ("gpt-2", "llama-bpe", "qwen2"); "llama" for SentencePiece
     uint64_t tensors = 0;
     uint64_t bytes = 0;        // of the whole file
 };

@@ -55,6 +55,9 @@ class TestEngineRun : public QObject {
         d->gpusPerNodeBox()->setValue(1);
         d->contextBox()->setValue(256);
         d->sequencesBox()->setValue(1);
+        // Whether the model can be written as GGUF is asked off the GUI thread.
+        if (!QTest::qWaitFor([&] { return !d->runPanel()->statusLabel()->text().startsWith("Checking"); }, 30000))
+            return nullptr;
         return d;
     }
 
@@ -132,8 +135,42 @@ private slots:
         QTRY_VERIFY_WITH_TIMEOUT(opened.count() == 1 && !ended.isEmpty(), 30000);
         QVERIFY(!p->generateButton()->isEnabled());
         QVERIFY(!p->startButton()->isEnabled());
-        QVERIFY2(p->statusLabel()->text().contains("model_type 'gpt2'"), qPrintable(p->statusLabel()->text()));
+        QTRY_VERIFY2_WITH_TIMEOUT(p->statusLabel()->text().contains("model_type 'gpt2'"),
+                                  qPrintable(p->statusLabel()->text()), 30000);
         QVERIFY(p->output()->toPlainText().isEmpty());
+    }
+
+    // The GGUF check loads the whole tokenizer, so it runs on a worker
+    // thread: until its answer comes, neither Start nor Write is offered, the
+    // status says so, and an answer for a path no longer shown is dropped.
+    void checksTheModelOffTheGuiThread()
+    {
+        MainWindow w({false, false, {}, false});
+        DeployPanel* d = openDeploy(w, kDemo);
+        QVERIFY(d);
+        EngineRunPanel* p = d->runPanel();
+        p->setProgram(QStringLiteral("/bin/true"));
+        QVERIFY2(p->startButton()->isEnabled(), qPrintable(p->statusLabel()->text()));
+        const QString command = d->commandView()->toPlainText();
+        const QString gpt2 = m_tmp.path() + "/gpt2-check";
+        std::filesystem::create_directories(gpt2.toStdString());
+        fixtures::writeTinyGpt2(gpt2.toStdString(), DType::F32);
+
+        p->setLaunch(ServingEngine::LlamaCpp, command, 1, gpt2);
+        QVERIFY(!p->startButton()->isEnabled());
+        QVERIFY(!p->writeButton()->isEnabled());
+        QVERIFY2(p->statusLabel()->text().startsWith("Checking"), qPrintable(p->statusLabel()->text()));
+        QTRY_VERIFY2_WITH_TIMEOUT(p->statusLabel()->text().contains("model_type 'gpt2'"),
+                                  qPrintable(p->statusLabel()->text()), 30000);
+        QVERIFY(!p->startButton()->isEnabled());
+
+        // gpt2 asked, then the demo at once: gpt2's refusal, answered after, is not the demo's.
+        p->setLaunch(ServingEngine::LlamaCpp, command, 1, gpt2 + "/");
+        p->setLaunch(ServingEngine::LlamaCpp, command, 1, kDemo);
+        QTRY_VERIFY2_WITH_TIMEOUT(p->startButton()->isEnabled(), qPrintable(p->statusLabel()->text()), 30000);
+        QTest::qWait(200);
+        QVERIFY2(p->startButton()->isEnabled() && !p->statusLabel()->text().contains("gpt2"),
+                 qPrintable(p->statusLabel()->text()));
     }
 
     void saysWhyItCannotStart()

@@ -155,17 +155,38 @@ void EngineRunPanel::setLaunch(ServingEngine engine, const QString& command, int
     if (checkpoint != m_checkpoint) {
         m_checkpoint = checkpoint;
         m_exportProblem.clear();
-        if (!checkpoint.isEmpty() && engine == ServingEngine::LlamaCpp) {
-            try { // reads config.json, the tensor list and tokenizer.json: milliseconds
-                m_exportProblem = QString::fromStdString(ggufExportProblem(Checkpoint::open(checkpoint.toStdString())));
-            } catch (const std::exception& e) {
-                m_exportProblem = QString::fromStdString(e.what());
-            }
-        } else if (engine != ServingEngine::LlamaCpp) {
+        ++m_checkJob; // an answer still coming is for the path before
+        m_checking = false;
+        if (!checkpoint.isEmpty() && engine == ServingEngine::LlamaCpp)
+            checkExport();
+        else if (engine != ServingEngine::LlamaCpp)
             m_checkpoint.clear(); // checked again once llama.cpp is chosen
-        }
     }
     refresh();
+}
+
+void EngineRunPanel::checkExport()
+{
+    // Off the GUI thread: it loads tokenizer.json in full (0.7 s for Qwen3's
+    // 151k tokens). Numbered, so the answer for a model no longer shown is dropped.
+    const int job = ++m_checkJob;
+    m_checking = true;
+    auto* watcher = new QFutureWatcher<QString>(this);
+    connect(watcher, &QFutureWatcher<QString>::finished, this, [this, watcher, job] {
+        watcher->deleteLater();
+        if (job != m_checkJob)
+            return;
+        m_checking = false;
+        m_exportProblem = watcher->result();
+        refresh();
+    });
+    watcher->setFuture(QtConcurrent::run([checkpoint = m_checkpoint.toStdString()]() -> QString {
+        try {
+            return QString::fromStdString(ggufExportProblem(Checkpoint::open(checkpoint)));
+        } catch (const std::exception& e) {
+            return QString::fromStdString(e.what());
+        }
+    }));
 }
 
 void EngineRunPanel::modelChanged()
@@ -176,6 +197,8 @@ void EngineRunPanel::modelChanged()
     m_output->clear();
     m_gguf.clear(); // the next model's file is asked for, never written over this one's
     m_checkpoint.clear(); // and whether it can be written is checked again, even at the same path
+    ++m_checkJob;
+    m_checking = false;
 }
 
 void EngineRunPanel::refresh()
@@ -197,6 +220,8 @@ void EngineRunPanel::refresh()
                  "tools/engines/install-llama-cpp.sh.");
     else if (m_checkpoint.isEmpty())
         why = tr("Open a checkpoint to run it with llama-server.");
+    else if (m_checking)
+        why = tr("Checking whether this model can be written as GGUF…");
     else if (!m_exportProblem.isEmpty())
         why = tr("Cannot write this model as GGUF: %1").arg(m_exportProblem);
     else if (m_command.isEmpty())
@@ -207,8 +232,8 @@ void EngineRunPanel::refresh()
     m_start->setEnabled(why.isEmpty() && !running && !m_writing);
     // The file alone needs no engine here: it is what the launch elsewhere loads.
     // Not while an engine serves a file: writing one would change what the line above says it serves.
-    m_write->setEnabled(m_engine == ServingEngine::LlamaCpp && !m_checkpoint.isEmpty() && m_exportProblem.isEmpty() &&
-                        !m_writing && !running);
+    m_write->setEnabled(m_engine == ServingEngine::LlamaCpp && !m_checkpoint.isEmpty() && !m_checking &&
+                        m_exportProblem.isEmpty() && !m_writing && !running);
     m_write->setVisible(m_engine == ServingEngine::LlamaCpp);
     if (m_writing)
         m_status->setText(tr("Writing %1 for llama-server…").arg(QDir::toNativeSeparators(m_gguf)));

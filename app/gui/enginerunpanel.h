@@ -68,6 +68,8 @@ private:
     void generate();
     void refresh();
     void setWriting(bool on);
+    // Whether m_checkpoint can be written as GGUF, asked on a worker thread.
+    void checkExport();
 
     EngineServer* m_server;
     QLabel* m_status;
@@ -89,6 +91,8 @@ private:
     uint64_t m_servedWeights = 0, m_servedKv = 0;   // the running launch's
     bool m_writing = false;
     bool m_starting = false;
+    bool m_checking = false; // checkExport's answer is still coming
+    int m_checkJob = 0;
     std::shared_ptr<std::atomic<bool>> m_cancelFlag;
     std::shared_ptr<std::atomic<int>> m_permille;
 };

@@ -68,21 +68,8 @@ private slots:
         const fixtures::LlamaShape s{128256, 8192, 28672, 80, 64, 8, false};
         fixtures::writeSharded(m_llama, fixtures::llamaTensors(s, DType::BF16), 4, false, /*writeShards=*/false);
         fixtures::writeJson(m_llama + "/config.json", fixtures::llamaConfig(s, DType::BF16));
-        // Mixtral-8x7B's shape: hidden 4096, 32 layers, 32 heads, 8 KV heads
-        // of 128, 8 experts of width 14336 (top-2), vocabulary 32,000.
         m_mixtral = m_tmp.path().toStdString() + "/mixtral";
-        fs::create_directories(m_mixtral);
-        fixtures::MoeShape m;
-        m.vocab = 32000;
-        m.hidden = 4096;
-        m.intermediate = 14336;
-        m.layers = 32;
-        m.heads = 32;
-        m.kvHeads = 8;
-        m.experts = 8;
-        m.topK = 2;
-        fixtures::writeSharded(m_mixtral, fixtures::moeTensors(m, DType::BF16), 4, false, /*writeShards=*/false);
-        fixtures::writeJson(m_mixtral + "/config.json", fixtures::moeConfig(m, DType::BF16));
+        fixtures::writeMixtral8x7bIndex(m_mixtral, DType::BF16);
     }
 
     void enginesRules()
@@ -228,6 +215,77 @@ private slots:
         QVERIFY(!QString::fromStdString(choice(tp, 4, 1).command).contains("expert"));
     }
 
+    void expertsInHostRamForLlamaCpp()
+    {
+        // Mixtral-8x7B in bf16 on one H100 under llama.cpp, 4,096 tokens.
+        // Besides the experts: a layer's attention 2 x 4096^2 + 2 x 1024 x
+        // 4096, router 8 x 4096, norms 8,192: 41,984,000 parameters; 32 of
+        // them, the embedding and the head 2 x 32,000 x 4096 and the final
+        // norm 4,096: 1,605,636,096 parameters, 3,211,272,192 bytes. A
+        // layer's experts: 3 x 8 x 14336 x 4096 x 2 = 2,818,572,288 bytes.
+        // KV: F16, 32 layers x 2 x 8 x 128 x 2 bytes x 4,096 = 536,870,912;
+        // activations 2,048 x 14,336 x 2 + 512 MiB = 595,591,168. llama.cpp
+        // may use 80e9 - 1 GiB = 78,926,258,176.
+        Checkpoint ck = Checkpoint::open(m_mixtral);
+        ModuleTree tree = buildModuleTree(ck, DType::BF16);
+        const DeployCluster h100 = clusterFromPreset("h100-80gb", 1, 1);
+        DeployRequest r;
+        r.engine = ServingEngine::LlamaCpp;
+        DeployPlan p = planDeployment(tree, *ck.config(), h100, r, "m");
+        const uint64_t rest = 3'211'272'192, experts = 2'818'572'288, kv = 536'870'912, act = 595'591'168;
+        QVERIFY(p.choices.size() == 2);
+        const DeployChoice* all = nullptr;
+        const DeployChoice* inRam = nullptr;
+        for (const DeployChoice& c : p.choices)
+            (c.cpuMoeLayers > 0 ? inRam : all) = &c;
+        QVERIFY(all && inRam);
+        QCOMPARE(all->weightsPerGpu, rest + 32 * experts);
+        QVERIFY(!all->fits);
+        // With the experts of the first N layers in RAM the GPU holds
+        // rest + (32 - N) x experts; N = 5 needs 80,445,186,048 of 78.9e9, N = 6
+        // 77,626,613,760: six, the fewest that fit.
+        QCOMPARE(inRam->cpuMoeLayers, 6);
+        QVERIFY2(inRam->fits, inRam->why.c_str());
+        QCOMPARE(inRam->weightsPerGpu, rest + 26 * experts);
+        QCOMPARE(inRam->weightsPerGpu + kv + act, uint64_t(77'626'613'760));
+        QVERIFY(std::llabs(int64_t(inRam->usablePerGpu) - int64_t(78'926'258'176)) <= 1);
+        QCOMPARE(inRam->hostBytes, 6 * experts);
+        QCOMPARE(inRam->kvPerGpu, kv);
+        QVERIFY2(QString::fromStdString(inRam->command) ==
+                     "llama-server -m MODEL.gguf -ngl all -c 4096 --parallel 1 --n-cpu-moe 6",
+                 inRam->command.c_str());
+        QCOMPARE(p.choices.front().cpuMoeLayers, 6); // the one that fits comes first
+        // Decode reads what a token uses: 2 of 8 experts a layer (704,643,072
+        // bytes), on the GPU at 3.35 TB/s, six layers' in RAM at the preset
+        // host's 50 GB/s, the hidden state (8,192 bytes) to the host and back
+        // over PCIe 5 (50 GB/s pinned) for each, 10 us a crossing.
+        const double active = 704'643'072.0;
+        const double seconds = (double(rest) + 26 * active) / 3350e9 + 6 * active / 50e9 + 12 * (10e-6 + 8192 / 50e9);
+        QVERIFY2(std::abs(inRam->tokensPerSecond - 1 / seconds) < 1e-9 * inRam->tokensPerSecond,
+                 qPrintable(QString::number(inRam->tokensPerSecond) + " vs " + QString::number(1 / seconds)));
+        QVERIFY(std::abs(all->tokensPerSecond - 3350e9 / (double(rest) + 32 * active)) < 1e-9 * all->tokensPerSecond);
+
+        // One RTX 4090: 26 layers' experts (73.3 GB) would have to stay in
+        // the preset host's 64 GB: offered, and said why it does not fit.
+        p = planDeployment(tree, *ck.config(), clusterFromPreset("rtx4090", 1, 1), r, "m");
+        QCOMPARE(p.choices.size(), size_t(2));
+        const DeployChoice& small = p.choices[p.choices[0].cpuMoeLayers > 0 ? 0 : 1];
+        QCOMPARE(small.cpuMoeLayers, 26);
+        QCOMPARE(small.hostBytes, 26 * experts);
+        QVERIFY(!small.fits);
+        QVERIFY2(QString::fromStdString(small.why).startsWith("the experts kept in RAM need"), small.why.c_str());
+
+        // Not for a dense model, nor for engines without the flag.
+        Checkpoint dense = Checkpoint::open(m_llama);
+        ModuleTree denseTree = buildModuleTree(dense, DType::BF16);
+        p = planDeployment(denseTree, *dense.config(), h100, r, "m");
+        QCOMPARE(p.choices.size(), size_t(1));
+        QVERIFY(!p.choices[0].fits);
+        r.engine = ServingEngine::Vllm;
+        p = planDeployment(tree, *ck.config(), h100, r, "m");
+        QVERIFY(std::none_of(p.choices.begin(), p.choices.end(), [](const DeployChoice& c) { return c.cpuMoeLayers > 0; }));
+    }
+
     void cli()
     {
         auto r = fixtures::runCli({"deploy", QString::fromStdString(m_llama), "--gpu", "h100-80gb", "--gpus-per-node",
@@ -236,6 +294,21 @@ private slots:
         const auto j = nlohmann::json::parse(r.out.toStdString());
         QCOMPARE(j["choices"][0]["tp"], nlohmann::json(8));
         QCOMPARE(j["choices"][0]["weights_per_gpu"], nlohmann::json(17'640'734'720ull));
+        // Experts in RAM against a host of 8 GB: six layers' 16.9 GB do not fit it.
+        auto moe = fixtures::runCli({"deploy", QString::fromStdString(m_mixtral), "--gpu", "h100-80gb", "--gpus-per-node",
+                                     "1", "--engine", "llama.cpp", "--host-ram", "8GB", "--json"});
+        QCOMPARE(moe.exitCode, 0);
+        const auto m = nlohmann::json::parse(moe.out.toStdString());
+        QCOMPARE(m["choices"].size(), size_t(2));
+        const auto& inRam = m["choices"][m["choices"][0]["cpu_moe_layers"] == 6 ? 0 : 1];
+        QCOMPARE(inRam["cpu_moe_layers"], nlohmann::json(6));
+        QCOMPARE(inRam["host_bytes"], nlohmann::json(6 * 2'818'572'288ull));
+        QVERIFY2(inRam["why"].get<std::string>().find("of the host's 7.45 GiB") != std::string::npos,
+                 inRam["why"].get<std::string>().c_str());
+        auto badRam = fixtures::runCli({"deploy", QString::fromStdString(m_mixtral), "--gpu", "h100-80gb", "--engine",
+                                        "llama.cpp", "--host-ram", "lots"});
+        QVERIFY2(fixtures::badInputProblem(badRam, "--host-ram").isEmpty(),
+                 qPrintable(fixtures::badInputProblem(badRam, "--host-ram")));
         auto bad = fixtures::runCli({"deploy", QString::fromStdString(m_llama), "--gpu", "h100-80gb", "--engine", "triton"});
         QVERIFY2(fixtures::badInputProblem(bad, "--engine").isEmpty(), qPrintable(fixtures::badInputProblem(bad, "--engine")));
         auto missing = fixtures::runCli({"deploy", QString::fromStdString(m_llama)});

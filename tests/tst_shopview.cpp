@@ -6,7 +6,9 @@
 // picture and launch command.
 #include "budgetmodel.h"
 #include "deploypanel.h"
+#include "enginerunpanel.h"
 #include "fixtures.h"
+#include "moefixtures.h"
 #include "mainwindow.h"
 #include "planningpage.h"
 #include "shoppanel.h"
@@ -172,6 +174,56 @@ private slots:
         v->selectRow(unfit);
         QVERIFY(!d->copyButton()->isEnabled());
         QVERIFY(d->commandView()->toPlainText().startsWith("needs"));
+    }
+
+    // A mixture of experts under llama.cpp: the row that keeps the experts
+    // of the first layers in host RAM, its launch, and the host's RAM as an
+    // input (tst_deploy derives the sizes; here the window follows them).
+    void deployExpertsInHostRam()
+    {
+        const std::string dir = m_tmp.path().toStdString() + "/mixtral";
+        fixtures::writeMixtral8x7bIndex(dir, DType::BF16); // index only
+        MainWindow w(fixedMachine());
+        w.resize(1400, 1100);
+        w.show();
+        QSignalSpy opened(&w, &MainWindow::checkpointOpened);
+        w.openCheckpoint(QString::fromStdString(dir));
+        QTRY_VERIFY_WITH_TIMEOUT(opened.count() == 1, 10000);
+        PlanningPage* page = w.planningPage();
+        DeployPanel* d = page->deployPanel();
+        page->outlookTabs()->setCurrentWidget(d);
+        d->gpuBox()->setCurrentIndex(d->gpuBox()->findData(QStringLiteral("h100-80gb")));
+        d->nodesBox()->setValue(1);
+        d->gpusPerNodeBox()->setValue(1);
+        d->contextBox()->setValue(4096);
+        QVERIFY(!d->hostRamBox()->isVisible()); // vLLM has no such flag
+        d->engineBox()->setCurrentIndex(d->engineBox()->findText("llama.cpp"));
+        QVERIFY(d->hostRamBox()->isVisible());
+        QCOMPARE(d->hostRamBox()->value(), 64);
+        QTableView* v = d->table();
+        QCOMPARE(v->model()->rowCount(), 2);
+        QCOMPARE(cell(v, 0, 0), QString("TP 1 × PP 1 + experts of 6 layers in RAM"));
+        QCOMPARE(cell(v, 0, 5), QString("fits"));
+        QCOMPARE(d->commandView()->toPlainText(),
+                 QString("llama-server -m MODEL.gguf -ngl all -c 4096 --parallel 1 --n-cpu-moe 6"));
+        QVERIFY(cell(v, 1, 5).startsWith("needs"));
+        // A host of 16 GB cannot hold six layers' 16.9 GB of experts: no row fits, and it says why.
+        d->hostRamBox()->setValue(16);
+        QCOMPARE(cell(v, 0, 0), QString("TP 1 × PP 1"));
+        QVERIFY2(cell(v, 1, 5).startsWith("the experts kept in RAM need"), qPrintable(cell(v, 1, 5)));
+        QVERIFY(!d->copyButton()->isEnabled());
+        // Every line of the status shows once the layout settles: its height is its text's at its width.
+        d->hostRamBox()->setValue(64);
+        QLabel* status = d->statusLabel();
+        QTRY_VERIFY2(status->height() >= status->fontMetrics()
+                                             .boundingRect(status->contentsRect(), Qt::TextWordWrap, status->text())
+                                             .height(),
+                     qPrintable(QString::number(status->height())));
+        if (const QString shots = QString::fromLocal8Bit(qgetenv("STOWAGE_SCREENSHOT_DIR")); !shots.isEmpty()) {
+            QTRY_VERIFY(!d->runPanel()->statusLabel()->text().startsWith("Checking"));
+            QTest::qWait(200); // its new text's layout, for the picture
+            QVERIFY(w.grab().save(shots + "/deploy-moe.png"));
+        }
     }
 };
 

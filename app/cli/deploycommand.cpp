@@ -5,6 +5,7 @@
 
 #include "stowage/checkpoint.h"
 #include "stowage/deploy.h"
+#include "stowage/device.h"
 #include "stowage/error.h"
 #include "stowage/units.h"
 
@@ -18,7 +19,7 @@ namespace stowage::cli {
 int deployCommand(const std::vector<std::string>& argv)
 {
     Args a(argv, {"--gpu", "--nodes", "--gpus-per-node", "--engine", "--context", "--sequences", "--memory-fraction",
-                  "--model-id", "--dtype", "-o"},
+                  "--model-id", "--dtype", "--host-ram", "-o"},
            {"--expert-parallel", "--json"});
     const auto gpu = a.value("--gpu");
     if (!gpu)
@@ -28,8 +29,10 @@ int deployCommand(const std::vector<std::string>& argv)
     if (!ck.config())
         throw InputError(ck.weightsPath(), "deploy planning needs config.json beside the weights or index");
     ModuleTree tree = buildModuleTree(ck, parseDTypeOption(a));
-    const DeployCluster cluster = clusterFromPreset(*gpu, wholeNumberOption(a, "--nodes", 1, 1, 1024),
-                                                    wholeNumberOption(a, "--gpus-per-node", 8, 1, 64));
+    DeployCluster cluster = clusterFromPreset(*gpu, wholeNumberOption(a, "--nodes", 1, 1, 1024),
+                                              wholeNumberOption(a, "--gpus-per-node", 8, 1, 64));
+    if (auto ram = a.value("--host-ram")) // where llama.cpp's --n-cpu-moe keeps experts
+        cluster.hostMemoryBytes = parseSize(*ram, "--host-ram");
     DeployRequest r;
     if (auto e = a.value("--engine")) {
         const auto engine = servingEngineFromName(*e);
@@ -70,6 +73,8 @@ int deployCommand(const std::vector<std::string>& argv)
                             {"overhead_per_gpu", c.overheadPerGpu},
                             {"usable_per_gpu", c.usablePerGpu},
                             {"layers_per_stage", c.layersPerStage},
+                            {"cpu_moe_layers", c.cpuMoeLayers},
+                            {"host_bytes", c.hostBytes},
                             {"tokens_per_second", c.tokensPerSecond},
                             {"command", c.command}});
         j["notes"] = plan.notes;
@@ -80,8 +85,12 @@ int deployCommand(const std::vector<std::string>& argv)
                       cluster.nodes, cluster.gpusPerNode, cluster.gpu.name.c_str(), r.contextTokens, r.sequences);
         text += line;
         for (const DeployChoice& c : plan.choices) {
+            const std::string extra = c.ep > 1            ? " EP " + std::to_string(c.ep)
+                                      : c.cpuMoeLayers > 0 ? " + experts of " + std::to_string(c.cpuMoeLayers) +
+                                                                 " layers (" + humanBytes(c.hostBytes) + ") in RAM"
+                                                           : std::string();
             std::snprintf(line, sizeof line, "  %-4s TP %-2d PP %-2d%s  weights %11s  KV %11s  %9s  %s\n",
-                          c.fits ? "fits" : "", c.tp, c.pp, c.ep > 1 ? (" EP " + std::to_string(c.ep)).c_str() : "",
+                          c.fits ? "fits" : "", c.tp, c.pp, extra.c_str(),
                           humanBytes(c.weightsPerGpu).c_str(), humanBytes(c.kvPerGpu).c_str(),
                           c.fits ? (std::to_string(int(std::lround(c.tokensPerSecond))) + " tok/s").c_str() : "",
                           c.why.c_str());

@@ -52,6 +52,11 @@ DeployPanel::DeployPanel(QWidget* parent) : QWidget(parent)
     m_context->setSuffix(tr(" tokens"));
     m_context->setSingleStep(1024);
     m_sequences = spin("deploySequences", 1, 4096, 1);
+    // The host where llama.cpp's --n-cpu-moe keeps experts (the presets' typical host: 64 GB).
+    m_hostRam = spin("deployHostRam", 1, 65536, 64);
+    m_hostRam->setSuffix(tr(" GB host RAM"));
+    m_hostRam->setToolTip(tr("The first node's RAM, where llama.cpp keeps the experts of the layers that do not fit "
+                             "the GPUs (--n-cpu-moe)"));
     m_ep = new QCheckBox(tr("Expert parallel"), this);
     m_ep->setObjectName("deployExpertParallel");
     m_ep->setToolTip(tr("Divide a mixture of experts' experts over the GPUs (vLLM --enable-expert-parallel, SGLang --ep-size)"));
@@ -69,6 +74,7 @@ DeployPanel::DeployPanel(QWidget* parent) : QWidget(parent)
     row2->addWidget(m_sequences);
     row2->addWidget(new QLabel(tr("sequences"), this));
     row2->addWidget(m_ep);
+    row2->addWidget(m_hostRam);
     row2->addStretch(1);
     auto* form = new QFormLayout;
     form->addRow(tr("Serve with"), row1);
@@ -77,6 +83,7 @@ DeployPanel::DeployPanel(QWidget* parent) : QWidget(parent)
     m_status = new QLabel(this);
     m_status->setObjectName("deployStatus");
     m_status->setWordWrap(true);
+    m_status->setAlignment(Qt::AlignLeft | Qt::AlignTop);
     m_model = new QStandardItemModel(0, 6, this);
     m_model->setHorizontalHeaderLabels({tr("Parallel"), tr("Weights a GPU"), tr("KV cache a GPU"), tr("Usable"),
                                         tr("Decode"), tr("Fits")});
@@ -118,7 +125,7 @@ DeployPanel::DeployPanel(QWidget* parent) : QWidget(parent)
 
     for (QComboBox* c : {m_engine, m_gpu})
         connect(c, &QComboBox::currentIndexChanged, this, &DeployPanel::replan);
-    for (QSpinBox* s : {m_nodes, m_perNode, m_context, m_sequences})
+    for (QSpinBox* s : {m_nodes, m_perNode, m_context, m_sequences, m_hostRam})
         connect(s, &QSpinBox::valueChanged, this, &DeployPanel::replan);
     connect(m_ep, &QCheckBox::toggled, this, &DeployPanel::replan);
     connect(m_view->selectionModel(), &QItemSelectionModel::currentRowChanged, this,
@@ -145,6 +152,9 @@ void DeployPanel::replan()
     m_command->clear();
     m_copy->setEnabled(false);
     m_run->setLaunch(ServingEngine(m_engine->currentData().toInt()), {}, 1, m_tree ? m_modelPath : QString());
+    // Only llama.cpp keeps experts in host RAM, and only a mixture of experts has them.
+    m_hostRam->setVisible(ServingEngine(m_engine->currentData().toInt()) == ServingEngine::LlamaCpp && m_tree &&
+                          m_tree->expertsPerToken() > 0);
     if (!m_tree || !m_config) {
         m_status->setText(m_tree ? tr("Deploy planning needs the checkpoint's config.json.")
                                  : tr("Open a model to plan its deployment."));
@@ -156,8 +166,9 @@ void DeployPanel::replan()
     r.sequences = m_sequences->value();
     r.expertParallel = m_ep->isChecked();
     try {
-        const DeployCluster cluster =
+        DeployCluster cluster =
             clusterFromPreset(m_gpu->currentData().toString().toStdString(), m_nodes->value(), m_perNode->value());
+        cluster.hostMemoryBytes = uint64_t(m_hostRam->value()) * 1'000'000'000ULL;
         const QFileInfo where(m_modelPath);
         const QString id = where.isDir() ? where.absoluteFilePath() : where.absolutePath();
         m_plan = planDeployment(*m_tree, *m_config, cluster, r, id.toStdString());
@@ -171,6 +182,9 @@ void DeployPanel::replan()
         QString parallel = tr("TP %1 × PP %2").arg(c.tp).arg(c.pp);
         if (c.ep > 1)
             parallel += tr(" × EP %1").arg(c.ep);
+        if (c.cpuMoeLayers > 0)
+            parallel += c.cpuMoeLayers == 1 ? tr(" + experts of 1 layer in RAM")
+                                            : tr(" + experts of %1 layers in RAM").arg(c.cpuMoeLayers);
         QList<QStandardItem*> row;
         const bool planned = c.weightsPerGpu > 0;
         row << new QStandardItem(parallel)
@@ -233,7 +247,9 @@ uint64_t DeployPicture::heldOn(int node, int gpu) const
     return m_choice->stageWeights[stage] + m_choice->stageKv[stage] + m_choice->overheadPerGpu;
 }
 
-QSize DeployPicture::sizeHint() const { return {360, 2 * fontMetrics().height() + 8 + 34 * m_nodes}; }
+int DeployPicture::captionLines() const { return m_choice && m_choice->cpuMoeLayers > 0 ? 4 : 3; }
+
+QSize DeployPicture::sizeHint() const { return {360, captionLines() * fontMetrics().height() + 8 + 34 * m_nodes}; }
 
 void DeployPicture::paintEvent(QPaintEvent*)
 {
@@ -248,7 +264,7 @@ void DeployPicture::paintEvent(QPaintEvent*)
     }
     const QColor weights = pal.color(QPalette::Highlight), kv = QColor(0xf2, 0x8e, 0x2b), other = pal.color(QPalette::Mid);
     const int labelWidth = fontMetrics().horizontalAdvance(tr("node 00")) + 8;
-    const int rowHeight = std::max(18, std::min(40, (height() - 2 * fontMetrics().height() - 8) / m_nodes));
+    const int rowHeight = std::max(18, std::min(40, (height() - captionLines() * fontMetrics().height() - 8) / m_nodes));
     const double cell = double(width() - labelWidth - 4) / m_perNode;
     const double usable = double(std::max<uint64_t>(1, m_choice->usablePerGpu));
     for (int n = 0; n < m_nodes; ++n) {
@@ -278,10 +294,15 @@ void DeployPicture::paintEvent(QPaintEvent*)
         }
     }
     p.setPen(pal.color(QPalette::WindowText));
-    const QRect caption(0, 4 + m_nodes * rowHeight, width(), 2 * fontMetrics().height());
+    const QRect caption(0, 4 + m_nodes * rowHeight, width(), captionLines() * fontMetrics().height());
     p.drawText(caption, Qt::AlignLeft | Qt::AlignTop | Qt::TextWordWrap,
                tr("Each GPU against the %1 the engine may use: weights, KV cache, activations and graphs")
-                   .arg(formatBytes(m_choice->usablePerGpu)));
+                       .arg(formatBytes(m_choice->usablePerGpu)) +
+                   (m_choice->cpuMoeLayers > 0
+                        ? tr("; in host RAM, the experts of the first %1 layers: %2")
+                              .arg(m_choice->cpuMoeLayers)
+                              .arg(formatBytes(m_choice->hostBytes))
+                        : QString()));
 }
 
 } // namespace stowage

@@ -4,8 +4,10 @@
 // engine allows, what each GPU holds and whether it fits, the decode speed,
 // and for the selected choice one strip per node (each GPU's weights, KV
 // cache and overhead against what the engine may use) and its launch
-// command, copyable, and where the engine is installed here, Start to run
-// it on this machine (enginerunpanel.h). Planning is milliseconds: it follows every change at
+// command, copyable. For llama.cpp and a mixture of experts, also the
+// experts of the first layers kept in host RAM (--n-cpu-moe). Where the
+// engine is installed here, Start runs it on this machine
+// (enginerunpanel.h). Planning is milliseconds: it follows every change at
 // once, never showing choices for other inputs.
 #include "stowage/config.h"
 #include "stowage/deploy.h"
@@ -44,6 +46,7 @@ public:
     QSpinBox* contextBox() const { return m_context; }
     QSpinBox* sequencesBox() const { return m_sequences; }
     QCheckBox* expertParallelBox() const { return m_ep; }
+    QSpinBox* hostRamBox() const { return m_hostRam; } // GB
     QTableView* table() const { return m_view; }
     QPlainTextEdit* commandView() const { return m_command; }
     QPushButton* copyButton() const { return m_copy; }
@@ -65,6 +68,7 @@ private:
     QSpinBox* m_context;
     QSpinBox* m_sequences;
     QCheckBox* m_ep;
+    QSpinBox* m_hostRam;
     QLabel* m_status;
     QTableView* m_view;
     QStandardItemModel* m_model;
@@ -93,6 +97,8 @@ protected:
     void paintEvent(QPaintEvent* event) override;
 
 private:
+    int captionLines() const;
+
     std::optional<DeployChoice> m_choice;
     int m_nodes = 1, m_perNode = 1;
 };

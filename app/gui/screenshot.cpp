@@ -44,7 +44,8 @@ void addPlanOptions(QCommandLineParser& p)
     p.addOption({"policy", "Execution policy for --run-tokens: accelerate-like, prefetch, compute-where-it-lives.", "POLICY"});
     p.addOption({"offload-folder", "Offload folder for --run-tokens.", "DIR"});
     p.addOption({"plan-view", "The Plan page's lower tab to capture: speed (default), context, shop or deploy.", "VIEW"});
-    p.addOption({"deploy", "With --plan-view deploy: GPU preset, nodes and GPUs a node, e.g. rtx4090,2,2.", "G,N,P"});
+    p.addOption({"deploy", "With --plan-view deploy: GPU preset, nodes and GPUs a node, and optionally the engine, "
+                           "e.g. rtx4090,2,2 or h100-80gb,1,1,llama.cpp.", "G,N,P[,E]"});
     p.addOption({"shop-speed", "With --plan-view shop: the decode speed to reach, tok/s (default 20).", "TOKS"});
     p.addOption({"run-view", "With --run-tokens: the tab to capture, graphs (default) or timeline.", "VIEW"});
     p.addOption({"throttle", "With --run-tokens: simulated GPUs copy at their preset's PCIe speed."});
@@ -108,12 +109,15 @@ QString applyPlanOptions(MainWindow& w, const QCommandLineParser& p)
         if (p.isSet("deploy")) {
             const QStringList f = p.value("deploy").split(QLatin1Char(','));
             DeployPanel* d = page->deployPanel();
-            const int gpu = f.size() == 3 ? d->gpuBox()->findData(f[0]) : -1;
+            const int gpu = f.size() == 3 || f.size() == 4 ? d->gpuBox()->findData(f[0]) : -1;
+            const int engine = f.size() == 4 ? d->engineBox()->findText(f[3]) : d->engineBox()->currentIndex();
             bool okN = false, okP = false;
             const int nodes = f.value(1).toInt(&okN), per = f.value(2).toInt(&okP);
-            if (gpu < 0 || !okN || !okP || nodes < 1 || per < 1)
-                return QStringLiteral("--deploy %1: expected PRESET,NODES,GPUS_PER_NODE such as rtx4090,2,2")
+            if (gpu < 0 || engine < 0 || !okN || !okP || nodes < 1 || per < 1)
+                return QStringLiteral("--deploy %1: expected PRESET,NODES,GPUS_PER_NODE[,ENGINE] such as rtx4090,2,2 "
+                                      "or h100-80gb,1,1,llama.cpp")
                     .arg(p.value("deploy"));
+            d->engineBox()->setCurrentIndex(engine);
             d->gpuBox()->setCurrentIndex(gpu);
             d->nodesBox()->setValue(nodes);
             d->gpusPerNodeBox()->setValue(per);

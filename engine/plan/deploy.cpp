@@ -61,6 +61,10 @@ struct Shape {
     std::vector<LayerCacheShape> cache; // per layer where not uniform (MLA, windows)
 };
 
+// One crossing of the hidden state between a GPU and its host, beside its
+// bytes over PCIe: a synchronisation of llama.cpp's graph split (assumed).
+constexpr double kPcieHop = 10e-6;
+
 double dtypeBytes(const ModuleTree& tree) { return double(dtypeSize(tree.dtype().value_or(DType::BF16))); }
 
 std::string fixed(double v, int decimals)
@@ -100,7 +104,11 @@ DeployCluster clusterFromPreset(const std::string& preset, int nodes, int gpusPe
     DeployCluster c;
     c.nodes = nodes;
     c.gpusPerNode = gpusPerNode;
-    c.gpu = hardwarePreset(preset).gpus.front();
+    const HardwareProfile host = hardwarePreset(preset);
+    c.gpu = host.gpus.front();
+    c.hostMemoryBytes = host.ramBytes;
+    c.hostMemoryBandwidth = host.ramBandwidth;
+    c.hostFlops = host.cpuFlops;
     // The data-centre cards as they ship in 8-GPU servers (SXM, NVLink); the
     // others on PCIe (datasheet figures, one direction).
     if (preset == "h100-80gb" || preset == "h200") {
@@ -217,6 +225,7 @@ DeployPlan planDeployment(const ModuleTree& tree, const ModelConfig& config, con
             DeployChoice c;
             c.tp = tp;
             c.pp = pp;
+            const int64_t topK = tree.expertsPerToken();
             const bool moe = std::any_of(pieces.begin(), pieces.end(), [](const Piece& p) { return p.experts > 0; });
             c.ep = moe && req.expertParallel && vllmLike ? tp : 1;
             // The engine's own rules first.
@@ -251,7 +260,9 @@ DeployPlan planDeployment(const ModuleTree& tree, const ModelConfig& config, con
             const int64_t kvRank = s.kvHeads >= tp ? s.kvHeads / tp : 1;
             const int64_t vocabRows =
                 s.vocab > 0 ? (vllmLike ? paddedVocab(s.vocab) / tp : (s.vocab + tp - 1) / tp) : 0;
-            std::vector<double> stageBytes(size_t(pp), 0.0);
+            std::vector<double> stageBytes(size_t(pp), 0.0), stageRead(size_t(pp), 0.0);
+            // Routed experts a rank holds a layer, and what a token reads of them.
+            std::vector<double> layerExperts(size_t(s.layers), 0.0), layerExpertsRead(size_t(s.layers), 0.0);
             for (const Piece& p : pieces) {
                 double b = double(p.bytes);
                 switch (p.split) {
@@ -266,9 +277,18 @@ DeployPlan planDeployment(const ModuleTree& tree, const ModelConfig& config, con
                 }
                 const int st = p.layer >= 0 ? stageOf[size_t(p.layer)] : p.tail ? pp - 1 : 0;
                 stageBytes[size_t(st)] += b;
+                // A token reads top-k of a layer's E experts: that share of what a rank holds of them.
+                const double read = p.experts > 0 && topK > 0 ? b * std::min(1.0, double(topK) / double(p.experts)) : b;
+                stageRead[size_t(st)] += read;
+                if (p.experts > 0 && p.layer >= 0) {
+                    layerExperts[size_t(p.layer)] += b;
+                    layerExpertsRead[size_t(p.layer)] += read;
+                }
                 // a tied embedding is the head too: the last stage holds it as well
-                if (p.split == Split::Vocab && s.tied && !p.tail && p.layer < 0 && pp > 1)
+                if (p.split == Split::Vocab && s.tied && !p.tail && p.layer < 0 && pp > 1) {
                     stageBytes[size_t(pp - 1)] += b;
+                    stageRead[size_t(pp - 1)] += b;
+                }
             }
             // KV per position on each stage's GPUs.
             std::vector<double> stageKv(size_t(pp), 0.0);
@@ -283,42 +303,93 @@ DeployPlan planDeployment(const ModuleTree& tree, const ModelConfig& config, con
                 }
                 stageKv[size_t(stageOf[size_t(l)])] += perPosition;
             }
-            for (int st = 0; st < pp; ++st) {
-                c.stageWeights.push_back(uint64_t(stageBytes[size_t(st)]));
+            for (int st = 0; st < pp; ++st)
                 c.stageKv.push_back(uint64_t(stageKv[size_t(st)] * double(tokens)));
-            }
-            const int busiest = int(std::max_element(stageBytes.begin(), stageBytes.end()) - stageBytes.begin());
-            c.weightsPerGpu = uint64_t(stageBytes[size_t(busiest)]);
-            c.kvPerGpu = uint64_t(*std::max_element(stageKv.begin(), stageKv.end()) * double(tokens));
+            c.kvPerGpu = *std::max_element(c.stageKv.begin(), c.stageKv.end());
             // Activations of a 2,048-token prefill chunk (the hidden state's
             // widest, divided by TP) and 512 MiB for CUDA graphs and the
             // allocator: an estimate; the engines measure theirs at start-up.
             c.overheadPerGpu = uint64_t(2048.0 * double(std::max(s.inner / tp, 3 * s.hidden)) * el) + (uint64_t(512) << 20);
             c.usablePerGpu = uint64_t(double(cluster.gpu.memoryBytes) * fraction);
-            const uint64_t need = c.weightsPerGpu + c.kvPerGpu + c.overheadPerGpu;
-            c.fits = need <= c.usablePerGpu;
-            if (!c.fits)
-                c.why = "needs " + humanBytes(need) + " a GPU (weights " + humanBytes(c.weightsPerGpu) + ", KV cache " +
-                        humanBytes(c.kvPerGpu) + ", activations and graphs " + humanBytes(c.overheadPerGpu) + ") of " +
-                        humanBytes(c.usablePerGpu) + " usable";
-            // Decode, one sequence: the stages one after another, each reading
-            // its rank's weights; two all-reduces a layer within a stage (after
-            // attention and after the MLP) and a hop between stages.
+
+            // What each GPU holds and how fast a token decodes with the
+            // experts of the first `cpuLayers` layers in host RAM (0: none).
             const double message = double(s.hidden) * el;
             const double allReduce =
                 tp > 1 ? 2 * cluster.linkLatency + 2.0 * (tp - 1) / tp * message / cluster.linkBandwidth : 0;
-            double seconds = 0;
-            for (int st = 0; st < pp; ++st) {
-                const double flops = 2.0 * stageBytes[size_t(st)] / el; // about two per parameter read
-                seconds += std::max(stageBytes[size_t(st)] / cluster.gpu.memoryBandwidth, flops / cluster.gpu.flops) +
-                           2.0 * c.layersPerStage[size_t(st)] * allReduce;
-            }
-            const int nodesUsed = (tp * pp + cluster.gpusPerNode - 1) / cluster.gpusPerNode;
-            const int crossings = nodesUsed - 1;
-            seconds += double(pp - 1 - crossings) * (cluster.linkLatency + message / cluster.linkBandwidth) +
-                       double(crossings) * (cluster.networkLatency + message / cluster.networkBandwidth);
-            c.tokensPerSecond = seconds > 0 ? 1.0 / seconds : 0;
+            auto settle = [&](DeployChoice& d, int cpuLayers) {
+                d.cpuMoeLayers = cpuLayers;
+                d.stageWeights.clear();
+                d.hostBytes = 0;
+                std::vector<double> gpuRead = stageRead, hostRead(size_t(pp), 0.0);
+                std::vector<int> hostLayers(size_t(pp), 0);
+                for (int l = 0; l < cpuLayers; ++l) {
+                    const size_t st = size_t(stageOf[size_t(l)]);
+                    const double active = layerExpertsRead[size_t(l)];
+                    gpuRead[st] -= active;
+                    hostRead[st] += active;
+                    hostLayers[st] += 1;
+                    d.hostBytes += uint64_t(layerExperts[size_t(l)]);
+                }
+                for (int st = 0; st < pp; ++st) {
+                    double held = stageBytes[size_t(st)];
+                    for (int l = 0; l < cpuLayers; ++l)
+                        if (stageOf[size_t(l)] == st)
+                            held -= layerExperts[size_t(l)];
+                    d.stageWeights.push_back(uint64_t(std::max(0.0, held)));
+                }
+                size_t busiest = 0;
+                for (size_t st = 0; st < size_t(pp); ++st)
+                    if (d.stageWeights[st] + d.stageKv[st] > d.stageWeights[busiest] + d.stageKv[busiest])
+                        busiest = st;
+                d.weightsPerGpu = *std::max_element(d.stageWeights.begin(), d.stageWeights.end());
+                const uint64_t need = d.stageWeights[busiest] + d.stageKv[busiest] + d.overheadPerGpu;
+                d.fits = need <= d.usablePerGpu;
+                d.why.clear();
+                if (!d.fits)
+                    d.why = "needs " + humanBytes(need) + " a GPU (weights " + humanBytes(d.stageWeights[busiest]) +
+                            ", KV cache " + humanBytes(d.stageKv[busiest]) + ", activations and graphs " +
+                            humanBytes(d.overheadPerGpu) + ") of " + humanBytes(d.usablePerGpu) + " usable";
+                else if (cluster.hostMemoryBytes > 0 && d.hostBytes > cluster.hostMemoryBytes) {
+                    d.fits = false;
+                    d.why = "the experts kept in RAM need " + humanBytes(d.hostBytes) + " of the host's " +
+                            humanBytes(cluster.hostMemoryBytes);
+                }
+                // Decode, one sequence: the stages one after another, each
+                // reading what a token uses of its rank's weights; two
+                // all-reduces a layer within a stage (after attention and
+                // after the MLP) and a hop between stages. Experts in host RAM
+                // are read by its CPU, the hidden state crossing PCIe there
+                // and back each such layer.
+                double seconds = 0;
+                for (int st = 0; st < pp; ++st) {
+                    const double gpu = gpuRead[size_t(st)], host = hostRead[size_t(st)];
+                    seconds += std::max(gpu / cluster.gpu.memoryBandwidth, 2.0 * gpu / el / cluster.gpu.flops) +
+                               2.0 * c.layersPerStage[size_t(st)] * allReduce;
+                    if (host > 0)
+                        seconds += std::max(host / cluster.hostMemoryBandwidth, 2.0 * host / el / cluster.hostFlops) +
+                                   2.0 * hostLayers[size_t(st)] * (kPcieHop + message / cluster.gpu.h2dPinned);
+                }
+                const int nodesUsed = (tp * pp + cluster.gpusPerNode - 1) / cluster.gpusPerNode;
+                const int crossings = nodesUsed - 1;
+                seconds += double(pp - 1 - crossings) * (cluster.linkLatency + message / cluster.linkBandwidth) +
+                           double(crossings) * (cluster.networkLatency + message / cluster.networkBandwidth);
+                d.tokensPerSecond = seconds > 0 ? 1.0 / seconds : 0;
+            };
+            settle(c, 0);
             plan.choices.push_back(c);
+            // llama.cpp keeps the experts of its first N layers on the CPU
+            // (--n-cpu-moe N): offer the fewest that make every GPU fit.
+            if (llamaCpp && moe && !c.fits && cluster.hostMemoryBandwidth > 0) {
+                DeployChoice h = c;
+                for (int n = 1; n <= s.layers; ++n) {
+                    settle(h, n);
+                    if (h.fits || h.why.rfind("the experts kept in RAM", 0) == 0)
+                        break;
+                }
+                if (h.fits || h.why.rfind("the experts kept in RAM", 0) == 0)
+                    plan.choices.push_back(h);
+            }
         }
     }
     std::stable_sort(plan.choices.begin(), plan.choices.end(), [](const DeployChoice& a, const DeployChoice& b) {
@@ -374,7 +445,9 @@ DeployPlan planDeployment(const ModuleTree& tree, const ModelConfig& config, con
             cmd += "llama-server -m MODEL.gguf -ngl all" +
                    (split.empty() ? std::string() : " --split-mode layer --tensor-split " + split) + " -c " +
                    std::to_string(int64_t(req.contextTokens) * req.sequences) + " --parallel " +
-                   std::to_string(req.sequences) + (rpc.empty() ? "" : " --rpc " + rpc);
+                   std::to_string(req.sequences) +
+                   (c.cpuMoeLayers > 0 ? " --n-cpu-moe " + std::to_string(c.cpuMoeLayers) : std::string()) +
+                   (rpc.empty() ? "" : " --rpc " + rpc);
             break;
         }
         case ServingEngine::TransformersTp:
@@ -391,6 +464,10 @@ DeployPlan planDeployment(const ModuleTree& tree, const ModelConfig& config, con
     plan.notes.push_back(std::string(servingEngineName(req.engine)) + " may use " + fixed(100 * fraction, 0) +
                          "% of each GPU; activations and CUDA graphs are estimated (2,048-token chunk + 512 MiB), "
                          "the engine measures its own at start-up.");
+    if (std::any_of(plan.choices.begin(), plan.choices.end(), [](const DeployChoice& c) { return c.cpuMoeLayers > 0; }))
+        plan.notes.push_back("--n-cpu-moe N keeps the routed experts of the first N layers in the host's RAM, "
+                             "multiplied there by its CPU: " + fixed(double(cluster.hostMemoryBytes) / 1e9, 0) + " GB at " +
+                             fixed(cluster.hostMemoryBandwidth / 1e9, 0) + " GB/s (the preset's typical host, assumed).");
     return plan;
 }
 

@@ -1,6 +1,7 @@
 #include "moefixtures.h"
 
 #include <algorithm>
+#include <filesystem>
 
 namespace fixtures {
 
@@ -74,6 +75,22 @@ nlohmann::json moeConfig(const MoeShape& s, stowage::DType dt)
         c["norm_topk_prob"] = true;
     }
     return c;
+}
+
+void writeMixtral8x7bIndex(const std::string& dir, stowage::DType dt)
+{
+    MoeShape m;
+    m.vocab = 32000;
+    m.hidden = 4096;
+    m.intermediate = 14336;
+    m.layers = 32;
+    m.heads = 32;
+    m.kvHeads = 8;
+    m.experts = 8;
+    m.topK = 2;
+    std::filesystem::create_directories(dir);
+    writeSharded(dir, moeTensors(m, dt), 4, false, /*writeShards=*/false);
+    writeJson(dir + "/config.json", moeConfig(m, dt));
 }
 
 } // namespace fixtures

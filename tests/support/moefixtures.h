@@ -21,5 +21,9 @@ struct MoeShape {
 // mlp.gate_proj/up_proj/down_proj). Names sorted, as safetensors files list them.
 std::vector<Tensor> moeTensors(const MoeShape& s, stowage::DType dt);
 nlohmann::json moeConfig(const MoeShape& s, stowage::DType dt);
+// Mixtral-8x7B's shape: hidden 4096, 32 layers, 32 heads, 8 KV heads of
+// 128, 8 experts of width 14336 (top-2), vocabulary 32,000; written into
+// `dir` as an index and config.json only (planned before download).
+void writeMixtral8x7bIndex(const std::string& dir, stowage::DType dt);
 
 } // namespace fixtures

@@ -30,6 +30,11 @@ struct DeployCluster {
     double networkBandwidth = 12.5e9; // between nodes: 100 Gb/s Ethernet unless said
     double networkLatency = 20e-6;
     std::string linkName;        // "NVLink 4 (450 GB/s a direction)", "PCIe 4.0 x16"
+    // The first node's host, where llama.cpp's --n-cpu-moe keeps experts
+    // (the preset's typical host: assumed figures).
+    uint64_t hostMemoryBytes = 0;
+    double hostMemoryBandwidth = 0; // bytes/s
+    double hostFlops = 0;
 };
 // A cluster of `nodes` x `gpusPerNode` GPUs of a hardware preset, with the
 // interconnect that preset's GPU comes with (SXM data-centre cards: NVLink;
@@ -49,6 +54,10 @@ struct DeployRequest {
 
 struct DeployChoice {
     int tp = 1, pp = 1, ep = 1; // ep > 1: experts divided over that many GPUs
+    // llama.cpp's --n-cpu-moe: the routed experts of the first this many
+    // layers stay in the host's RAM and are multiplied there by its CPU.
+    int cpuMoeLayers = 0;
+    uint64_t hostBytes = 0;       // those experts' bytes
     bool fits = false;
     std::string why; // why it does not fit or is not allowed; empty when it fits
     // The GPU holding the most (a stage's, for its most loaded rank).
@@ -64,7 +73,10 @@ struct DeployChoice {
 };
 
 struct DeployPlan {
-    std::vector<DeployChoice> choices; // every tp x pp (x ep) the cluster allows; fitting ones first, fastest first
+    // Every tp x pp (x ep) the cluster allows; for llama.cpp and a mixture of
+    // experts whose layers do not fit the GPUs, also the fewest layers'
+    // experts in host RAM that make them fit. Fitting ones first, fastest first.
+    std::vector<DeployChoice> choices;
     std::vector<std::string> notes;    // what was assumed
 };
 

@@ -41,6 +41,25 @@ class TestShopView : public QObject {
     QTemporaryDir m_tmp;
     std::string m_dir;
 
+    // The window on `path`, its Deploy tab showing one node of `gpus` H100s and 4,096 tokens.
+    DeployPanel* openDeploy(MainWindow& w, const std::string& path, int gpus)
+    {
+        w.resize(1400, 1100);
+        w.show();
+        QSignalSpy opened(&w, &MainWindow::checkpointOpened);
+        w.openCheckpoint(QString::fromStdString(path));
+        if (!QTest::qWaitFor([&] { return opened.count() == 1; }, 10000))
+            return nullptr;
+        PlanningPage* page = w.planningPage();
+        DeployPanel* d = page->deployPanel();
+        page->outlookTabs()->setCurrentWidget(d);
+        d->gpuBox()->setCurrentIndex(d->gpuBox()->findData(QStringLiteral("h100-80gb")));
+        d->nodesBox()->setValue(1);
+        d->gpusPerNodeBox()->setValue(gpus);
+        d->contextBox()->setValue(4096);
+        return d;
+    }
+
 private slots:
     void initTestCase()
     {
@@ -129,18 +148,8 @@ private slots:
     void deployTab()
     {
         MainWindow w(fixedMachine());
-        w.resize(1400, 1100);
-        w.show();
-        QSignalSpy opened(&w, &MainWindow::checkpointOpened);
-        w.openCheckpoint(QString::fromStdString(m_dir));
-        QTRY_VERIFY_WITH_TIMEOUT(opened.count() == 1, 10000);
-        PlanningPage* page = w.planningPage();
-        DeployPanel* d = page->deployPanel();
-        page->outlookTabs()->setCurrentWidget(d);
-        d->gpuBox()->setCurrentIndex(d->gpuBox()->findData(QStringLiteral("h100-80gb")));
-        d->nodesBox()->setValue(1);
-        d->gpusPerNodeBox()->setValue(8);
-        d->contextBox()->setValue(4096);
+        DeployPanel* d = openDeploy(w, m_dir, 8);
+        QVERIFY(d);
         // vLLM on one node of eight H100s: TP 8 first (tst_deploy's rules):
         // a layer's share 2 x 4096^2 / 8 + 2 x 4 x 128 x 4096 + 3 x 4096 x
         // 11008 / 8 + 8,192 = 25,305,088 parameters, x 32, the embedding and
@@ -184,18 +193,8 @@ private slots:
         const std::string dir = m_tmp.path().toStdString() + "/mixtral";
         fixtures::writeMixtral8x7bIndex(dir, DType::BF16); // index only
         MainWindow w(fixedMachine());
-        w.resize(1400, 1100);
-        w.show();
-        QSignalSpy opened(&w, &MainWindow::checkpointOpened);
-        w.openCheckpoint(QString::fromStdString(dir));
-        QTRY_VERIFY_WITH_TIMEOUT(opened.count() == 1, 10000);
-        PlanningPage* page = w.planningPage();
-        DeployPanel* d = page->deployPanel();
-        page->outlookTabs()->setCurrentWidget(d);
-        d->gpuBox()->setCurrentIndex(d->gpuBox()->findData(QStringLiteral("h100-80gb")));
-        d->nodesBox()->setValue(1);
-        d->gpusPerNodeBox()->setValue(1);
-        d->contextBox()->setValue(4096);
+        DeployPanel* d = openDeploy(w, dir, 1);
+        QVERIFY(d);
         QVERIFY(!d->hostRamBox()->isVisible()); // vLLM has no such flag
         d->engineBox()->setCurrentIndex(d->engineBox()->findText("llama.cpp"));
         QVERIFY(d->hostRamBox()->isVisible());

@@ -215,6 +215,41 @@ private slots:
         QVERIFY(!QString::fromStdString(choice(tp, 4, 1).command).contains("expert"));
     }
 
+    void eachStageFitsByItsOwnShare()
+    {
+        // Five layers over four stages: 1, 1, 2, 1 (get_pp_indices). A
+        // layer: q and o 2 x 1024^2, k and v 2 x 256 x 1024, MLP 3 x 1024 x
+        // 4096, norms 2,048: 15,206,400 parameters; the embedding and the
+        // head 64,000 x 1024 = 65,536,000 each. The last stage holds the most
+        // weights (head, a layer, the norm: 161,486,848 bytes), the third the
+        // most KV cache (two layers x 4,096 tokens x 2 x 4 heads x 64 x 2
+        // bytes: 8,388,608). Each GPU holds its own stage's: the last needs
+        // 161,486,848 + 4,194,304 + 553,648,128 of activations and graphs
+        // = 719,329,280, not the two maxima's 723,523,584.
+        const std::string dir = m_tmp.path().toStdString() + "/five";
+        fs::create_directories(dir);
+        const fixtures::LlamaShape s{64000, 1024, 4096, 5, 16, 4, false};
+        fixtures::writeSharded(dir, fixtures::llamaTensors(s, DType::BF16), 1, false, /*writeShards=*/false);
+        fixtures::writeJson(dir + "/config.json", fixtures::llamaConfig(s, DType::BF16));
+        Checkpoint ck = Checkpoint::open(dir);
+        ModuleTree tree = buildModuleTree(ck, DType::BF16);
+        DeployRequest r;
+        r.memoryFraction = 720e6 / 80e9; // 720,000,000 bytes of an H100 usable
+        const DeployPlan p = planDeployment(tree, *ck.config(), clusterFromPreset("h100-80gb", 1, 4), r, "m");
+        const DeployChoice& c = choice(p, 1, 4);
+        QCOMPARE(c.layersPerStage, (std::vector<int>{1, 1, 2, 1}));
+        QCOMPARE(c.stageWeights, (std::vector<uint64_t>{161'484'800, 30'412'800, 60'825'600, 161'486'848}));
+        QCOMPARE(c.stageKv, (std::vector<uint64_t>{4'194'304, 4'194'304, 8'388'608, 4'194'304}));
+        QCOMPARE(c.overheadPerGpu, uint64_t(553'648'128));
+        QVERIFY2(c.fits, c.why.c_str());
+        // 600 MB: the last stage's 719,329,280 do not fit, and the reason names its own share.
+        r.memoryFraction = 600e6 / 80e9;
+        const DeployPlan small = planDeployment(tree, *ck.config(), clusterFromPreset("h100-80gb", 1, 4), r, "m");
+        const DeployChoice& tight = choice(small, 1, 4);
+        QVERIFY(!tight.fits);
+        QVERIFY2(QString::fromStdString(tight.why).contains("KV cache 4.00 MiB"), tight.why.c_str());
+    }
+
     void expertsInHostRamForLlamaCpp()
     {
         // Mixtral-8x7B in bf16 on one H100 under llama.cpp, 4,096 tokens.

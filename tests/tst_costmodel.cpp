@@ -265,6 +265,32 @@ void TestCostModel::cpuReadsDiskInPlace()
     // never faster than a copy out of the page cache
     p.fixedCosts["accelerate-like"].copyBandwidth = 40e9;
     QVERIFY(near(disk(ExecutionPolicy::AccelerateLike).seconds, 2e9 / 20e9 + 2e9 / 50e9));
+    // Timed at three sizes: 256 KiB at 4 GB/s, 4 MiB at 16 GB/s (reused
+    // memory), 8 MiB at 1 GB/s (fresh pages). Between two sizes, seconds per
+    // byte on the size's logarithm: 1 MiB is half way from 256 KiB to 4 MiB
+    // (16 = 4^2), 1 / (0.5 / 4e9 + 0.5 / 16e9) = 6.4 GB/s; beyond the ends,
+    // the nearest size's rate.
+    FixedCosts two;
+    two.copyBandwidth = 1e9;
+    two.copyRates = {{256 << 10, 4e9}, {4 << 20, 16e9}, {8 << 20, 1e9}};
+    QVERIFY(near(acceleratedCopyRate(two, 100'000), 4e9));
+    QVERIFY(near(acceleratedCopyRate(two, 256 << 10), 4e9));
+    QVERIFY(near(acceleratedCopyRate(two, 1 << 20), 6.4e9));
+    QVERIFY(near(acceleratedCopyRate(two, 4 << 20), 16e9));
+    QVERIFY(near(acceleratedCopyRate(two, 6 << 20), 1.0 / ((1 - std::log2(1.5)) / 16e9 + std::log2(1.5) / 1e9)));
+    QVERIFY(near(acceleratedCopyRate(two, 64 << 20), 1e9));
+    FixedCosts one = two;
+    one.copyRates.clear(); // timed on one size only: its rate for all
+    QVERIFY(near(acceleratedCopyRate(one, 100'000), 1e9));
+    // The step's disk weights by size: 1 GB of 100 kB weights and 1 GB of
+    // 8 MiB ones copy in 0.25 + 1 s, 1.6 GB/s over the 2 GB.
+    p.fixedCosts["accelerate-like"] = two;
+    StepUnits units;
+    units.diskWeights = {{100'000, kGB}, {8 << 20, kGB}};
+    const DeviceShare mixed = *shareOf(estimateDecode(pl, 0, p, ExecutionPolicy::AccelerateLike, 0, units), Device::disk());
+    QVERIFY(near(mixed.seconds, 2e9 / 1.6e9 + 2e9 / 50e9));
+    // Without them (a placement alone), the rate timed on the larger weights.
+    QVERIFY(near(disk(ExecutionPolicy::AccelerateLike).seconds, 2e9 / 1e9 + 2e9 / 50e9));
     p.fixedCosts.clear();
     p.freshCopyBandwidth = 0;
     p.ramBytes = 2 * kGB; // 3 GB do not fit: cold

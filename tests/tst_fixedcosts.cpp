@@ -56,23 +56,23 @@ void TestFixedCosts::fixedCostsAddPerTokenUnitAndDiskUnit()
     p.fixedCosts["prefetch"] = {1e-3, 1e-4, 5e-4};
     const Placement ram{{Device::cpu(), 1'000'000}};
     // 1 ms of bytes + 1 ms per token + 10 units x 0.1 ms.
-    auto e = estimateDecode(ram, 1'000'000 / 2, p, ExecutionPolicy::Prefetch, 0, {10, 0});
+    auto e = estimateDecode(ram, 1'000'000 / 2, p, ExecutionPolicy::Prefetch, 0, {10, 0, 0, {}});
     QVERIFY2(near(e.secondsPerToken, 3e-3), qPrintable(QString::number(e.secondsPerToken, 'g', 12)));
     QVERIFY(near(e.fixedSeconds, 2e-3));
     QCOMPARE(e.devices.size(), size_t(1));
     QVERIFY(near(e.devices[0].seconds, 1e-3)); // the device's part is its bytes only
     QCOMPARE(e.devices[0].share, 1.0);
     // 4 of the 10 units fetched from disk: 4 x 0.5 ms more.
-    e = estimateDecode(ram, 1'000'000 / 2, p, ExecutionPolicy::Prefetch, 0, {10, 4});
+    e = estimateDecode(ram, 1'000'000 / 2, p, ExecutionPolicy::Prefetch, 0, {10, 4, 0, {}});
     QVERIFY(near(e.fixedSeconds, 4e-3));
     QVERIFY(near(e.secondsPerToken, 5e-3));
     // 6 routed experts a token at 0.2 ms each: 1.2 ms more.
     p.fixedCosts["prefetch"].perExpert = 2e-4;
-    e = estimateDecode(ram, 1'000'000 / 2, p, ExecutionPolicy::Prefetch, 0, {10, 4, 6});
+    e = estimateDecode(ram, 1'000'000 / 2, p, ExecutionPolicy::Prefetch, 0, {10, 4, 6, {}});
     QVERIFY(near(e.fixedSeconds, 5.2e-3));
     QVERIFY(near(e.secondsPerToken, 6.2e-3));
     // A policy the profile has no fixed costs for counts bytes alone.
-    e = estimateDecode(ram, 1'000'000 / 2, p, ExecutionPolicy::AccelerateLike, 0, {10, 4, 6});
+    e = estimateDecode(ram, 1'000'000 / 2, p, ExecutionPolicy::AccelerateLike, 0, {10, 4, 6, {}});
     QCOMPARE(e.fixedSeconds, 0.0);
     QVERIFY(near(e.secondsPerToken, 1e-3));
 }
@@ -98,6 +98,11 @@ void TestFixedCosts::stepUnitsCountTheTreesUnitsOnDisk()
                          {"model.norm", Device::cpu()}, {"model.rotary_emb", Device::cpu()}, {"lm_head", Device::disk()}});
     QCOMPARE(u.total, 6);
     QCOMPARE(u.onDisk, 3);
+    // Their weights by size, in float32: a layer's q and o 16 x 16 (1,024
+    // bytes), k and v 2 heads x 4 x 16 (512), gate, up and down 16 x 32
+    // (2,048), two norms of 16 (64); lm_head 64 x 16 (4,096).
+    QCOMPARE(u.diskWeights, (std::map<uint64_t, uint64_t>{
+                                {64, 4 * 64}, {512, 4 * 512}, {1024, 4 * 1024}, {2048, 6 * 2048}, {4096, 4096}}));
     // A layer split below the unit (its MLP on disk) waits for the disk too.
     u = stepUnits(tree, {{"model.embed_tokens", Device::cpu()}, {"model.layers.0.self_attn", Device::cpu()},
                          {"model.layers.0.mlp", Device::disk()}, {"model.layers.0.input_layernorm", Device::cpu()},
@@ -105,6 +110,7 @@ void TestFixedCosts::stepUnitsCountTheTreesUnitsOnDisk()
                          {"model.layers.2", Device::cpu()}, {"model.norm", Device::cpu()},
                          {"model.rotary_emb", Device::cpu()}, {"lm_head", Device::cpu()}});
     QCOMPARE(u.onDisk, 1);
+    QCOMPARE(u.diskWeights, (std::map<uint64_t, uint64_t>{{2048, 3 * 2048}}));
 }
 
 void TestFixedCosts::routedExpertsCostPerExpertATokenComputes()
@@ -171,6 +177,9 @@ void TestFixedCosts::fixedCostsInProfileJson()
     QVERIFY(profileToJson(p).find("copyBandwidth") == std::string::npos);
     p.fixedCosts["accelerate-like"].copyBandwidth = 3.2e9;
     QCOMPARE(profileFromJson(profileToJson(p), "p.json").fixedCosts.at("accelerate-like").copyBandwidth, 3.2e9);
+    p.fixedCosts["accelerate-like"].copyRates = {{180224, 3.6e9}, {2883584, 1.5e10}, {4194304, 3.2e9}};
+    QCOMPARE(profileFromJson(profileToJson(p), "p.json").fixedCosts.at("accelerate-like").copyRates,
+             (std::vector<std::pair<double, double>>{{180224, 3.6e9}, {2883584, 1.5e10}, {4194304, 3.2e9}}));
     auto err = [](const std::string& costs) {
         return errorOf([&] { profileFromJson(profileWith("cpuFlops", "1e12, \"fixedCosts\": " + costs), "hw.json"); });
     };
@@ -182,6 +191,10 @@ void TestFixedCosts::fixedCostsInProfileJson()
     QVERIFY(err("[1]").contains("fixedCosts must be an object"));
     QVERIFY(err(R"({"accelerate-like": {"copyBandwidth": -1}})")
                 .contains("fixedCosts.accelerate-like.copyBandwidth must be a non-negative number of bytes per second"));
+    QVERIFY(err(R"({"accelerate-like": {"copyRates": [[4194304, 1e9], [180224, 3e9]]}})")
+                .contains("fixedCosts.accelerate-like.copyRates must list weight sizes in ascending order"));
+    QVERIFY(err(R"({"accelerate-like": {"copyRates": [[4194304, 0]]}})")
+                .contains("fixedCosts.accelerate-like.copyRates must be a list of [weight bytes, bytes per second]"));
     QVERIFY(err(R"({"prefetch": {"perToken": 0.001}})").isEmpty());
 }
 

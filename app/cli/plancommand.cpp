@@ -235,6 +235,9 @@ int hardwareCommand(const std::vector<std::string>& argv, const std::function<in
                 std::printf(", %.0f us per routed expert", c.perExpert * 1e6);
             if (c.copyBandwidth > 0)
                 std::printf("; disk weights copied at %.1f GB/s", c.copyBandwidth / 1e9);
+            for (size_t i = 0; i < c.copyRates.size(); ++i)
+                std::printf("%s%.1f GB/s for %s weights%s", i == 0 ? " (" : ", ", c.copyRates[i].second / 1e9,
+                            humanBytes(uint64_t(c.copyRates[i].first)).c_str(), i + 1 == c.copyRates.size() ? ")" : "");
             std::printf("\n");
         }
         if (!hw.sources.empty())

@@ -91,14 +91,37 @@ GpuProfile assumedGpu()
     return g;
 }
 
-namespace {
-// Bytes/s of accelerate-like's copy of a disk weight into a new CPU tensor.
-double copyRateOf(const HardwareProfile& profile, ExecutionPolicy policy)
+double acceleratedCopyRate(const FixedCosts& c, double weightBytes)
 {
-    if (auto it = profile.fixedCosts.find(policyName(policy));
-        it != profile.fixedCosts.end() && it->second.copyBandwidth > 0)
-        return it->second.copyBandwidth;
-    return profile.freshCopyBandwidth;
+    const auto& r = c.copyRates;
+    if (r.empty())
+        return c.copyBandwidth;
+    if (weightBytes <= r.front().first)
+        return r.front().second;
+    for (size_t i = 1; i < r.size(); ++i)
+        if (weightBytes <= r[i].first) { // seconds per byte, on the size's logarithm
+            const double t = std::log(weightBytes / r[i - 1].first) / std::log(r[i].first / r[i - 1].first);
+            return 1.0 / ((1.0 - t) / r[i - 1].second + t / r[i].second);
+        }
+    return r.back().second;
+}
+
+namespace {
+// Bytes/s of accelerate-like's copy of disk weights into new CPU tensors:
+// the rate timed for each weight's size where the step's disk weights are
+// known (StepUnits::diskWeights), else for the largest timed size, else the
+// profile's copy into fresh pages.
+double copyRateOf(const HardwareProfile& profile, ExecutionPolicy policy, const StepUnits& units)
+{
+    const auto it = profile.fixedCosts.find(policyName(policy));
+    if (it == profile.fixedCosts.end() || it->second.copyBandwidth <= 0)
+        return profile.freshCopyBandwidth;
+    double bytes = 0, seconds = 0;
+    for (const auto& [size, total] : units.diskWeights) {
+        bytes += double(total);
+        seconds += double(total) / acceleratedCopyRate(it->second, double(size));
+    }
+    return seconds > 0 ? bytes / seconds : it->second.copyBandwidth;
 }
 } // namespace
 
@@ -229,7 +252,7 @@ CostEstimate estimateImpl(const std::vector<std::pair<Device, uint64_t>>& placem
         // A new CPU tensor per weight per token: the rate the runtime was
         // timed copying at (FixedCosts::copyBandwidth), else a copy into
         // fresh pages throughout (the profile's, the slowest case).
-        const double fresh = copyRateOf(profile, policy);
+        const double fresh = copyRateOf(profile, policy, units);
         if (!execGpu && warm && fresh > 0)
             return then({bytes / std::min(cacheRate, fresh), "copy into fresh memory"}, cpuCompute(bytes, flops));
         const Cost read = warm ? cached : drive;
@@ -356,6 +379,14 @@ StepUnits stepUnits(const ModuleTree& tree, const DeviceMap& map)
             for (int i = m + 1; i < tree.modules()[size_t(m)].end && !disk; ++i)
                 disk = where.code[size_t(i)] == DiskCode;
         u.onDisk += disk ? 1 : 0;
+        // Its weights on disk by size: accelerate-like copies each, at a rate of its size.
+        for (int i = m; disk && i < tree.modules()[size_t(m)].end; ++i)
+            if (where.code[size_t(i)] == DiskCode)
+                for (int pi : tree.modules()[size_t(i)].params) {
+                    const Param& p = tree.params()[size_t(pi)];
+                    if (!p.duplicate && tree.exists(p))
+                        u.diskWeights[tree.paramBytes(p)] += tree.paramBytes(p);
+                }
         // A mixture-of-experts layer computes the router's top-k experts.
         bool routed = false;
         for (int i = m; i < tree.modules()[size_t(m)].end && !routed; ++i)

@@ -29,6 +29,8 @@ nlohmann::json fixedCostsToJson(const std::map<std::string, FixedCosts>& costs)
             j[policy]["perExpert"] = c.perExpert;
         if (c.copyBandwidth > 0)
             j[policy]["copyBandwidth"] = c.copyBandwidth;
+        if (!c.copyRates.empty())
+            j[policy]["copyRates"] = c.copyRates; // [[weight bytes, bytes/s], ...]
     }
     return j;
 }
@@ -49,6 +51,21 @@ std::map<std::string, FixedCosts> fixedCostsFromJson(const nlohmann::json& j, co
             fail("." + policy + " must be an object");
         FixedCosts c;
         for (const auto& [key, x] : v.items()) {
+            if (key == "copyRates") {
+                const std::string what = "." + policy + ".copyRates";
+                if (!x.is_array())
+                    fail(what + " must be a list of [weight bytes, bytes per second]");
+                for (const auto& e : x) {
+                    if (!e.is_array() || e.size() != 2 || !e[0].is_number() || !e[1].is_number() ||
+                        !(e[0].get<double>() > 0) || !(e[1].get<double>() > 0) || !std::isfinite(e[0].get<double>()) ||
+                        !std::isfinite(e[1].get<double>()))
+                        fail(what + " must be a list of [weight bytes, bytes per second], both positive, got " + e.dump());
+                    if (!c.copyRates.empty() && !(e[0].get<double>() > c.copyRates.back().first))
+                        fail(what + " must list weight sizes in ascending order, got " + x.dump());
+                    c.copyRates.emplace_back(e[0].get<double>(), e[1].get<double>());
+                }
+                continue;
+            }
             double* field = key == "perToken"        ? &c.perToken
                             : key == "perUnit"       ? &c.perUnit
                             : key == "perDiskUnit"   ? &c.perDiskUnit
@@ -107,8 +124,9 @@ namespace {
 // than predicting from costs the runtime no longer has (2: OpenBLAS's threads
 // no longer spin beside decode, runtimeenv.h; 3: accelerate-like's copy rate
 // timed, FixedCosts::copyBandwidth; 4: a routed expert's cost timed,
-// FixedCosts::perExpert; entries without one are 1).
-constexpr int kRevision = 4;
+// FixedCosts::perExpert; 5: the copy rate timed on three weight sizes,
+// FixedCosts::copyRates; entries without one are 1).
+constexpr int kRevision = 5;
 
 nlohmann::json readCache(const std::string& path)
 {

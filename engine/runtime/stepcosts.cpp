@@ -171,13 +171,31 @@ std::map<std::string, FixedCosts> measureFixedCosts(const std::string& scratchDi
     // every copy into fresh pages, says 2.4. A token copies 100 MB, so a
     // few tokens time it: 33 took a minute where fresh pages fault at
     // 0.5 GB/s (an AMD EPYC VM, 2026-12-07).
+    //
+    // Smaller weights copy faster: the demo's (64-176 KiB) at 2.2-2.6 GB/s
+    // where those 4 and 11 MiB ones copied at 0.4-0.8 (fresh pages), and
+    // 1-2.75 MiB ones into reused memory. So the rate is timed at three
+    // sizes (FixedCosts::copyRates: a demo-sized Llama's largest weight, a
+    // hidden-512 one's, and the 1B-class one's smallest), and the cost model
+    // takes each weight's rate by its size.
     {
-        const fs::path mid = writeTinyLlama(dir, 2, 1024, 2816);
-        const Timed r = timeDecode(mid, ram, ExecutionPolicy::AccelerateLike, profile, 5, 3),
-                    d = timeDecode(mid, disk, ExecutionPolicy::AccelerateLike, profile, 5, 3);
-        const double copying = d.secondsPerToken - r.secondsPerToken;
-        if (copying > 0 && d.diskBytes > 0)
-            out[policyName(ExecutionPolicy::AccelerateLike)].copyBandwidth = double(d.diskBytes) / copying;
+        FixedCosts& c = out[policyName(ExecutionPolicy::AccelerateLike)];
+        const auto copyRate = [&](int layers, int hidden, int intermediate, int tokens) {
+            const fs::path m = writeTinyLlama(dir, layers, hidden, intermediate);
+            const Timed r = timeDecode(m, ram, ExecutionPolicy::AccelerateLike, profile, tokens, 3),
+                        d = timeDecode(m, disk, ExecutionPolicy::AccelerateLike, profile, tokens, 3);
+            const double copying = d.secondsPerToken - r.secondsPerToken;
+            return copying > 0 && d.diskBytes > 0 ? double(d.diskBytes) / copying : 0.0;
+        };
+        c.copyBandwidth = copyRate(2, 1024, 2816, 5);
+        const std::pair<double, double> points[] = {{352.0 * 128 * 4, copyRate(8, 128, 352, 32)},
+                                                    {1408.0 * 512 * 4, copyRate(4, 512, 1408, 8)},
+                                                    {1024.0 * 1024 * 4, c.copyBandwidth}};
+        for (const auto& point : points)
+            if (point.second > 0)
+                c.copyRates.push_back(point);
+        if (c.copyBandwidth <= 0)
+            out.erase(policyName(ExecutionPolicy::AccelerateLike));
     }
     // A routed expert: the same mixture of experts with eight experts a
     // token and with one; what the eight cost beyond their bytes and the

@@ -6,6 +6,7 @@
 #include "stowage/planner.h"
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -50,6 +51,8 @@ struct StepUnits {
     int total = 0;
     int onDisk = 0;
     int64_t experts = 0; // routed experts computed per token (top-k x mixture-of-experts layers)
+    // The disk-resident weights by size: size -> bytes of weights that size.
+    std::map<uint64_t, uint64_t> diskWeights;
 };
 
 // What a GPU index costs when the profile has no GPU at all: a modest PCIe 4.0

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace stowage {
@@ -38,9 +39,20 @@ struct FixedCosts {
     // accelerate-like only: bytes/s at which the runtime copies a disk
     // weight into a new CPU tensor (what glibc's allocator makes of a fresh
     // tensor per weight: reused memory for some, fresh pages for others),
-    // timed on a generated model; 0: HardwareProfile::freshCopyBandwidth.
+    // timed on a generated model of 4 and 11 MiB weights; 0:
+    // HardwareProfile::freshCopyBandwidth.
     double copyBandwidth = 0;
+    // The same timed on models of other weight sizes, ascending: {weight
+    // bytes, bytes/s}. Smaller weights may copy into reused memory, several
+    // times faster, and pay LibTorch's cost per copy. A weight between two
+    // sizes costs seconds per byte interpolated on its size's logarithm;
+    // outside them, the nearest size's. Empty: copyBandwidth for every size.
+    std::vector<std::pair<double, double>> copyRates = {};
 };
+
+// Bytes/s at which accelerate-like copies a disk weight of `weightBytes`
+// (FixedCosts::copyRates, else copyBandwidth); 0 when neither was timed.
+double acceleratedCopyRate(const FixedCosts& costs, double weightBytes);
 
 struct HardwareProfile {
     std::string name;                // "2x RTX 4090 + 64 GB"

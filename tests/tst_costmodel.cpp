@@ -289,6 +289,18 @@ void TestCostModel::cpuReadsDiskInPlace()
     units.diskWeights = {{100'000, kGB}, {8 << 20, kGB}};
     const DeviceShare mixed = *shareOf(estimateDecode(pl, 0, p, ExecutionPolicy::AccelerateLike, 0, units), Device::disk());
     QVERIFY(near(mixed.seconds, 2e9 / 1.6e9 + 2e9 / 50e9));
+    // Weights above glibc's largest mmap threshold (32 MiB) are mapped
+    // afresh each time: the profile's fresh-pages rate (1 GB/s above), not
+    // the largest timed size's. 1 GB of 100 kB weights and 1 GB of 64 MiB
+    // ones: 0.25 + 1 s.
+    p.fixedCosts["accelerate-like"].copyRates = {{256 << 10, 4e9}, {4 << 20, 16e9}};
+    units.diskWeights = {{100'000, kGB}, {64 << 20, kGB}};
+    const DeviceShare huge = *shareOf(estimateDecode(pl, 0, p, ExecutionPolicy::AccelerateLike, 0, units), Device::disk());
+    QVERIFY(near(huge.seconds, 2e9 / 1.6e9 + 2e9 / 50e9));
+    units.diskWeights = {{100'000, kGB}, {32 << 20, kGB}}; // 32 MiB itself may be reused: the timed 16 GB/s
+    const DeviceShare edge = *shareOf(estimateDecode(pl, 0, p, ExecutionPolicy::AccelerateLike, 0, units), Device::disk());
+    QVERIFY(near(edge.seconds, 2e9 / (2e9 / (1e9 / 4e9 + 1e9 / 16e9)) + 2e9 / 50e9));
+    p.fixedCosts["accelerate-like"] = two;
     // Without them (a placement alone), the rate timed on the larger weights.
     QVERIFY(near(disk(ExecutionPolicy::AccelerateLike).seconds, 2e9 / 1e9 + 2e9 / 50e9));
     p.fixedCosts.clear();

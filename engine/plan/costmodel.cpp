@@ -116,10 +116,17 @@ double copyRateOf(const HardwareProfile& profile, ExecutionPolicy policy, const 
     const auto it = profile.fixedCosts.find(policyName(policy));
     if (it == profile.fixedCosts.end() || it->second.copyBandwidth <= 0)
         return profile.freshCopyBandwidth;
+    // glibc maps an allocation above its largest dynamic mmap threshold
+    // (32 MiB on 64-bit, mallopt(3)) afresh every time and unmaps it when
+    // freed: a 7B model's weights (32-86 MiB) are copied into fresh pages
+    // each token, whatever the smaller timed sizes met.
+    constexpr double kAlwaysMapped = 32.0 * 1024 * 1024;
     double bytes = 0, seconds = 0;
     for (const auto& [size, total] : units.diskWeights) {
         bytes += double(total);
-        seconds += double(total) / acceleratedCopyRate(it->second, double(size));
+        seconds += double(total) / (double(size) > kAlwaysMapped && profile.freshCopyBandwidth > 0
+                                        ? profile.freshCopyBandwidth
+                                        : acceleratedCopyRate(it->second, double(size)));
     }
     return seconds > 0 ? bytes / seconds : it->second.copyBandwidth;
 }

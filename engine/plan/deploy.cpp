@@ -209,6 +209,8 @@ DeployPlan planDeployment(const ModuleTree& tree, const ModelConfig& config, con
     const double kvEl = llamaCpp ? 2.0 : el;
     const int64_t tokens = (int64_t(req.contextTokens) + block - 1) / block * block * req.sequences;
 
+    const int64_t topK = tree.expertsPerToken();
+    const bool moe = std::any_of(pieces.begin(), pieces.end(), [](const Piece& p) { return p.experts > 0; });
     DeployPlan plan;
     std::vector<int> tps;
     if (req.engine == ServingEngine::LlamaCpp)
@@ -225,8 +227,6 @@ DeployPlan planDeployment(const ModuleTree& tree, const ModelConfig& config, con
             DeployChoice c;
             c.tp = tp;
             c.pp = pp;
-            const int64_t topK = tree.expertsPerToken();
-            const bool moe = std::any_of(pieces.begin(), pieces.end(), [](const Piece& p) { return p.experts > 0; });
             c.ep = moe && req.expertParallel && vllmLike ? tp : 1;
             // The engine's own rules first.
             std::vector<std::string> refusals;
@@ -317,34 +317,31 @@ DeployPlan planDeployment(const ModuleTree& tree, const ModelConfig& config, con
             const double message = double(s.hidden) * el;
             const double allReduce =
                 tp > 1 ? 2 * cluster.linkLatency + 2.0 * (tp - 1) / tp * message / cluster.linkBandwidth : 0;
+            // Returns whether every GPU holds its share (the host's RAM aside).
             auto settle = [&](DeployChoice& d, int cpuLayers) {
                 d.cpuMoeLayers = cpuLayers;
                 d.stageWeights.clear();
                 d.hostBytes = 0;
-                std::vector<double> gpuRead = stageRead, hostRead(size_t(pp), 0.0);
+                std::vector<double> held = stageBytes, gpuRead = stageRead, hostRead(size_t(pp), 0.0);
                 std::vector<int> hostLayers(size_t(pp), 0);
                 for (int l = 0; l < cpuLayers; ++l) {
                     const size_t st = size_t(stageOf[size_t(l)]);
-                    const double active = layerExpertsRead[size_t(l)];
-                    gpuRead[st] -= active;
-                    hostRead[st] += active;
+                    held[st] -= layerExperts[size_t(l)];
+                    gpuRead[st] -= layerExpertsRead[size_t(l)];
+                    hostRead[st] += layerExpertsRead[size_t(l)];
                     hostLayers[st] += 1;
                     d.hostBytes += uint64_t(layerExperts[size_t(l)]);
                 }
-                for (int st = 0; st < pp; ++st) {
-                    double held = stageBytes[size_t(st)];
-                    for (int l = 0; l < cpuLayers; ++l)
-                        if (stageOf[size_t(l)] == st)
-                            held -= layerExperts[size_t(l)];
-                    d.stageWeights.push_back(uint64_t(std::max(0.0, held)));
-                }
+                for (double bytes : held)
+                    d.stageWeights.push_back(uint64_t(std::max(0.0, bytes)));
                 size_t busiest = 0;
                 for (size_t st = 0; st < size_t(pp); ++st)
                     if (d.stageWeights[st] + d.stageKv[st] > d.stageWeights[busiest] + d.stageKv[busiest])
                         busiest = st;
                 d.weightsPerGpu = *std::max_element(d.stageWeights.begin(), d.stageWeights.end());
                 const uint64_t need = d.stageWeights[busiest] + d.stageKv[busiest] + d.overheadPerGpu;
-                d.fits = need <= d.usablePerGpu;
+                const bool gpusHoldIt = need <= d.usablePerGpu;
+                d.fits = gpusHoldIt;
                 d.why.clear();
                 if (!d.fits)
                     d.why = "needs " + humanBytes(need) + " a GPU (weights " + humanBytes(d.stageWeights[busiest]) +
@@ -375,20 +372,20 @@ DeployPlan planDeployment(const ModuleTree& tree, const ModelConfig& config, con
                 seconds += double(pp - 1 - crossings) * (cluster.linkLatency + message / cluster.linkBandwidth) +
                            double(crossings) * (cluster.networkLatency + message / cluster.networkBandwidth);
                 d.tokensPerSecond = seconds > 0 ? 1.0 / seconds : 0;
+                return gpusHoldIt;
             };
             settle(c, 0);
             plan.choices.push_back(c);
             // llama.cpp keeps the experts of its first N layers on the CPU
-            // (--n-cpu-moe N): offer the fewest that make every GPU fit.
+            // (--n-cpu-moe N): offer the fewest that make every GPU fit,
+            // saying so when the host's RAM cannot hold them.
             if (llamaCpp && moe && !c.fits && cluster.hostMemoryBandwidth > 0) {
                 DeployChoice h = c;
-                for (int n = 1; n <= s.layers; ++n) {
-                    settle(h, n);
-                    if (h.fits || h.why.rfind("the experts kept in RAM", 0) == 0)
+                for (int n = 1; n <= s.layers; ++n)
+                    if (settle(h, n)) {
+                        plan.choices.push_back(h);
                         break;
-                }
-                if (h.fits || h.why.rfind("the experts kept in RAM", 0) == 0)
-                    plan.choices.push_back(h);
+                    }
             }
         }
     }

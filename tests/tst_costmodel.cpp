@@ -12,6 +12,11 @@
 
 #include <QtTest>
 
+#include <cstdlib>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <dlfcn.h>
 
 #include <chrono>
@@ -62,6 +67,7 @@ private slots:
     void jsonRoundTrip();
     void jsonErrors();
     void runtimeEnvironmentLeavesTheUsersAlone();
+    void pinnedAllocatorKeepsCopiesInTheHeap();
     void measuresThisMachinePlausibly();
     void timesFileReads();
     void detectsMachineMemory();
@@ -531,6 +537,36 @@ static constexpr bool kInstrumented = false;
 static double since(std::chrono::steady_clock::time_point t0)
 {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void TestCostModel::pinnedAllocatorKeepsCopiesInTheHeap()
+{
+    const bool pinned = pinAllocator();
+    QCOMPARE(pinAllocator(), pinned); // once per process
+#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__) && !(defined(__has_feature) && __has_feature(address_sanitizer))
+    if (!qEnvironmentVariableIsEmpty("GLIBC_TUNABLES") || !qEnvironmentVariableIsEmpty("MALLOC_MMAP_THRESHOLD_") ||
+        !qEnvironmentVariableIsEmpty("MALLOC_TRIM_THRESHOLD_")) {
+        QVERIFY(!pinned); // the user's setting stands
+        return;
+    }
+    QVERIFY(pinned);
+    // A layer's copies, four of 25 MiB: pinned, they come from the heap
+    // (glibc's count of chunks mapped on their own, hblks, does not grow)
+    // and once freed the heap keeps them for the next token (its size,
+    // arena, does not shrink). Left dynamic, each is mapped on its own
+    // until a free raises the threshold, and a free top past twice the
+    // threshold (64 MiB at most) is given back.
+    malloc_trim(0);
+    const size_t mappedBefore = mallinfo2().hblks;
+    std::vector<void*> copies;
+    for (int i = 0; i < 4; ++i)
+        copies.push_back(std::malloc(25u << 20));
+    QCOMPARE(mallinfo2().hblks, mappedBefore);
+    const size_t heap = mallinfo2().arena;
+    for (auto it = copies.rbegin(); it != copies.rend(); ++it)
+        std::free(*it);
+    QCOMPARE(mallinfo2().arena, heap);
+#endif
 }
 
 void TestCostModel::measuresThisMachinePlausibly()

@@ -1,6 +1,12 @@
 #include "stowage/runtimeenv.h"
 
 #include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 namespace stowage {
 namespace {
@@ -44,6 +50,22 @@ bool prepareRuntimeEnvironment()
         setenv(e.substr(0, eq).c_str(), e.substr(eq + 1).c_str(), /*overwrite=*/1);
     }
     return !env.empty();
+}
+
+bool pinAllocator()
+{
+    static bool pinned = false;
+    static std::once_flag once;
+    std::call_once(once, [] {
+#if defined(__GLIBC__)
+        const char* tunables = std::getenv("GLIBC_TUNABLES");
+        if ((tunables && std::strstr(tunables, "glibc.malloc.")) || isSet("MALLOC_MMAP_THRESHOLD_") ||
+            isSet("MALLOC_TRIM_THRESHOLD_"))
+            return; // the user's choice
+        pinned = mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1 && mallopt(M_TRIM_THRESHOLD, 512 << 20) == 1;
+#endif
+    });
+    return pinned;
 }
 
 } // namespace stowage

@@ -6,6 +6,7 @@
 #include "stowage/model.h"
 #include "stowage/quantization.h"
 #include "stowage/runtimeinfo.h"
+#include "stowage/runtimeenv.h"
 
 #include <ATen/Parallel.h>
 #include <c10/core/GradMode.h>
@@ -112,6 +113,7 @@ std::unique_ptr<Model> Model::load(const Checkpoint& ck, const ModuleTree& tree,
     if (ck.indexOnly())
         throw InputError(ck.weightsPath(), "the shards are not downloaded: running needs the weights");
     at::set_num_threads(loadThreads(options.threads));
+    pinAllocator(); // accelerate-like's copies into the same memory every run (runtimeenv.h)
 
     auto impl = std::make_unique<Impl>(options.telemetry ? options.telemetry : std::make_shared<Telemetry>());
     impl->modelType = cfg.modelType();

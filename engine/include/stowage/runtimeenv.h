@@ -26,4 +26,20 @@ std::vector<std::string> runtimeEnvironment();
 // again for it to take effect).
 bool prepareRuntimeEnvironment();
 
+// Fixes glibc's malloc thresholds for this process, once (the runtime calls
+// it when it loads a model; a no-op elsewhere, or where the user set
+// GLIBC_TUNABLES, MALLOC_MMAP_THRESHOLD_ or MALLOC_TRIM_THRESHOLD_):
+//  - mmap threshold 32 MiB, the largest glibc's dynamic threshold reaches
+//    on 64-bit: an allocation up to 32 MiB comes from the heap;
+//  - trim threshold 512 MiB: freed heap stays for the next allocation
+//    rather than going back to the kernel (an unload still trims it,
+//    malloc_trim).
+// Left dynamic, the two move with the process's earlier allocations, and
+// accelerate-like's copies of disk weights (a new tensor every token) land
+// either in reused memory or in fresh pages faulted in at the VM's 0.5 GB/s:
+// a 440 MB Llama half on disk ran 4.7-16.1 tok/s in five runs (an AMD EPYC
+// VM, 2026-12-08), and 31-35 with these thresholds; the other policies ran
+// the same either way (docs/PERFORMANCE.md). Returns whether it set them.
+bool pinAllocator();
+
 } // namespace stowage

@@ -165,6 +165,7 @@ void TestCliRun::hardwareMeasuresFixedCostsOncePerMachine()
     QVERIFY(QFileInfo::exists(live + "/llama-2-64/model.safetensors"));
     QCOMPARE(QDir(scratch.path()).entryList(QDir::Dirs | QDir::NoDotAndDotDot), QStringList{QFileInfo(live).fileName()});
     auto again = fixtures::runCli({"hardware", "--no-fixed-costs", "--json"});
+    auto kept = fixtures::runCli({"hardware", "this-machine", "--json"}); // a profile as `plan` makes it: no timing
     qputenv("STOWAGE_CACHE_DIR", before);
     QCOMPARE(r.exitCode, 0);
     QFile f(cache.path() + "/fixed-costs.json");
@@ -179,6 +180,10 @@ void TestCliRun::hardwareMeasuresFixedCostsOncePerMachine()
             QVERIFY(costs[policy][k].get<double>() >= 0);
         // A routed expert, timed on a mixture of experts of its own: a few
         // microseconds to a few milliseconds (written only when above zero).
+        // A layer past the CPU's caches, timed on 154 and 308 MB models:
+        // never below the cached figure, and not a tenth of a second.
+        const double fromRam = costs[policy].value("perUnitFromRam", 0.0);
+        QVERIFY2(fromRam >= costs[policy]["perUnit"].get<double>() && fromRam < 0.1, costs.dump().c_str());
         const double expert = costs[policy].value("perExpert", 0.0);
         QVERIFY2(expert >= 0 && expert < 0.01, costs.dump().c_str());
         // A decode step of a 10-layer model cannot be free: some of it is fixed.
@@ -191,10 +196,21 @@ void TestCliRun::hardwareMeasuresFixedCostsOncePerMachine()
     QVERIFY2(copy > 1e7 && copy < 1e12, costs.dump().c_str());
     QVERIFY(!costs["prefetch"].contains("copyBandwidth")); // it reads disk weights in place
     QVERIFY(QString(r.out).contains("disk weights copied at"));
+    // Kept with the rates they were fitted to, measured in the same run.
+    const auto& fitted = saved.begin().value()["fittedTo"];
+    QVERIFY2(fitted["ramBandwidth"].get<double>() > 1e8, saved.dump().c_str());
+    QVERIFY(fitted["cpuCacheBytes"].is_number_unsigned());
+    // --no-fixed-costs: neither timed nor attached; every rate read now.
     QCOMPARE(again.exitCode, 0);
     const auto profile = nlohmann::json::parse(again.out.toStdString());
-    QCOMPARE(profile["fixedCosts"].dump(), costs.dump());
-    QVERIFY(profile["sources"].get<std::string>().find("measured by `stowage-cli hardware` on") != std::string::npos);
+    QVERIFY2(!profile.contains("fixedCosts"), again.out.constData());
+    QVERIFY(profile["sources"].get<std::string>().find("fixed costs") == std::string::npos);
+    // A later profile of this machine pairs the costs with those rates.
+    QCOMPARE(kept.exitCode, 0);
+    const auto printed = nlohmann::json::parse(kept.out.toStdString());
+    QCOMPARE(printed["fixedCosts"].dump(), costs.dump());
+    QCOMPARE(printed["ramBandwidth"].get<double>(), fitted["ramBandwidth"].get<double>());
+    QVERIFY(printed["sources"].get<std::string>().find("measured by `stowage-cli hardware` on") != std::string::npos);
 }
 
 void TestCliRun::runBadInput_data()

@@ -43,6 +43,7 @@ class TestFixedCosts : public QObject {
 
 private slots:
     void fixedCostsAddPerTokenUnitAndDiskUnit();
+    void unitsPastTheCpuCacheCostTheirFromRamFigure();
     void stepUnitsCountTheTreesUnitsOnDisk();
     void routedExpertsCostPerExpertATokenComputes();
     void fixedCostsInProfileJson();
@@ -75,6 +76,39 @@ void TestFixedCosts::fixedCostsAddPerTokenUnitAndDiskUnit()
     e = estimateDecode(ram, 1'000'000 / 2, p, ExecutionPolicy::AccelerateLike, 0, {10, 4, 6, {}});
     QCOMPARE(e.fixedSeconds, 0.0);
     QVERIFY(near(e.secondsPerToken, 1e-3));
+}
+
+void TestFixedCosts::unitsPastTheCpuCacheCostTheirFromRamFigure()
+{
+    // 0.1 ms a unit in the CPU's caches, 0.4 ms where the weights stream
+    // from RAM; caches of 32 MiB.
+    HardwareProfile p = slowBox();
+    p.fixedCosts["prefetch"] = {0, 1e-4, 0};
+    p.fixedCosts["prefetch"].perUnitFromRam = 4e-4;
+    p.cpuCacheBytes = 32ULL << 20;
+    const StepUnits ten{10, 0, 0, {}};
+    // 16 MiB (16.777216 ms of bytes at 1 GB/s) fit: 10 x 0.1 ms.
+    auto e = estimateDecode(Placement{{Device::cpu(), 16ULL << 20}}, 0, p, ExecutionPolicy::Prefetch, 0, ten);
+    QVERIFY2(near(e.fixedSeconds, 1e-3), qPrintable(QString::number(e.fixedSeconds, 'g', 12)));
+    QVERIFY(near(e.secondsPerToken, 16.777216e-3 + 1e-3));
+    // Exactly the cache still fits; one byte more does not: 10 x 0.4 ms.
+    e = estimateDecode(Placement{{Device::cpu(), 32ULL << 20}}, 0, p, ExecutionPolicy::Prefetch, 0, ten);
+    QVERIFY(near(e.fixedSeconds, 1e-3));
+    e = estimateDecode(Placement{{Device::cpu(), (32ULL << 20) + 1}}, 0, p, ExecutionPolicy::Prefetch, 0, ten);
+    QVERIFY2(near(e.fixedSeconds, 4e-3), qPrintable(QString::number(e.fixedSeconds, 'g', 12)));
+    // Weights on disk count too: 16 MiB in RAM and 32 MiB on disk are past it.
+    e = estimateDecode(Placement{{Device::cpu(), 16ULL << 20}, {Device::disk(), 32ULL << 20}}, 0, p,
+                       ExecutionPolicy::Prefetch, 0, ten);
+    QVERIFY(near(e.fixedSeconds, 4e-3));
+    // No cache measured (a preset, an older profile): perUnit throughout.
+    p.cpuCacheBytes = 0;
+    e = estimateDecode(Placement{{Device::cpu(), 1ULL << 30}}, 0, p, ExecutionPolicy::Prefetch, 0, ten);
+    QVERIFY(near(e.fixedSeconds, 1e-3));
+    // Nor is a from-RAM figure below the cached one taken (a noisy fit).
+    p.cpuCacheBytes = 32ULL << 20;
+    p.fixedCosts["prefetch"].perUnitFromRam = 5e-5;
+    e = estimateDecode(Placement{{Device::cpu(), 1ULL << 30}}, 0, p, ExecutionPolicy::Prefetch, 0, ten);
+    QVERIFY(near(e.fixedSeconds, 1e-3));
 }
 
 void TestFixedCosts::stepUnitsCountTheTreesUnitsOnDisk()
@@ -171,6 +205,13 @@ void TestFixedCosts::fixedCostsInProfileJson()
     QCOMPARE(q.fixedCosts.at("accelerate-like").copyBandwidth, 0.0); // not timed: not written
     QCOMPARE(q.fixedCosts.at("accelerate-like").perExpert, 0.0);
     QVERIFY(profileToJson(p).find("perExpert") == std::string::npos);
+    QCOMPARE(q.fixedCosts.at("accelerate-like").perUnitFromRam, 0.0);
+    QVERIFY(profileToJson(p).find("perUnitFromRam") == std::string::npos);
+    p.fixedCosts["accelerate-like"].perUnitFromRam = 1.5e-4;
+    QCOMPARE(profileFromJson(profileToJson(p), "p.json").fixedCosts.at("accelerate-like").perUnitFromRam, 1.5e-4);
+    QVERIFY(profileToJson(p).find("cpuCacheBytes") == std::string::npos); // not measured: not written
+    p.cpuCacheBytes = 32ULL << 20;
+    QCOMPARE(profileFromJson(profileToJson(p), "p.json").cpuCacheBytes, uint64_t(32ULL << 20));
     p.fixedCosts["compute-where-it-lives"].perExpert = 2.5e-5;
     QCOMPARE(profileFromJson(profileToJson(p), "p.json").fixedCosts.at("compute-where-it-lives").perExpert, 2.5e-5);
     p.fixedCosts["compute-where-it-lives"].perExpert = 0;
@@ -188,6 +229,10 @@ void TestFixedCosts::fixedCostsInProfileJson()
     QVERIFY(err(R"({"fast": {"perToken": 0.001}})").contains("unknown policy \"fast\""));
     QVERIFY(err(R"({"prefetch": {"perExpert": "fast"}})").contains("fixedCosts.prefetch.perExpert must be a non-negative"));
     QVERIFY(err(R"({"prefetch": {"perTok": 0.001}})").contains("unknown field \"perTok\""));
+    QVERIFY(err(R"({"prefetch": {"perUnitFromRam": -1e-4}})")
+                .contains("fixedCosts.prefetch.perUnitFromRam must be a non-negative number of seconds"));
+    QVERIFY(errorOf([] { profileFromJson(profileWith("cpuFlops", "1e12, \"cpuCacheBytes\": -1"), "hw.json"); })
+                .contains("\"cpuCacheBytes\" must be a non-negative whole number of bytes"));
     QVERIFY(err("[1]").contains("fixedCosts must be an object"));
     QVERIFY(err(R"({"accelerate-like": {"copyBandwidth": -1}})")
                 .contains("fixedCosts.accelerate-like.copyBandwidth must be a non-negative number of bytes per second"));
@@ -236,6 +281,46 @@ void TestFixedCosts::fixedCostsCacheIsPerCpu()
     QVERIFY(loadFixedCosts().empty());
     saveFixedCosts({{"prefetch", {1e-3, 2e-4, 3e-4}}}, "2026-12-07");
     QCOMPARE(loadFixedCosts().size(), size_t(1));
+    FittedRates fitted{1.0, 2.0, 3.0, 4};
+    loadFixedCosts(nullptr, &fitted);
+    QCOMPARE(fitted.ramBandwidth, 0.0); // saved without the rates they were fitted to
+    QCOMPARE(fitted.cpuCacheBytes, uint64_t(0));
+    // Saved with them, they come back with the costs, and this machine's
+    // profile takes them in place of what it reads now: the costs were
+    // fitted to them. Without fixed costs, every rate is read now.
+    const FittedRates rates{12.5e9, 11.5e9, 10.5e9, 32ULL << 20};
+    saveFixedCosts({{"prefetch", {1e-3, 2e-4, 3e-4}}}, "2026-12-08", rates);
+    QCOMPARE(loadFixedCosts(nullptr, &fitted).size(), size_t(1));
+    QCOMPARE(fitted.ramBandwidth, 12.5e9);
+    QCOMPARE(fitted.cpuGemvF32, 11.5e9);
+    QCOMPARE(fitted.cpuGemvBf16, 10.5e9);
+    QCOMPARE(fitted.cpuCacheBytes, uint64_t(32ULL << 20));
+    const HardwareProfile paired = measureThisMachine();
+    if (paired.measured) { // an instrumented build measures nothing and keeps no fixed costs
+        QCOMPARE(paired.fixedCosts.size(), size_t(1));
+        QCOMPARE(paired.ramBandwidth, 12.5e9);
+        QCOMPARE(paired.cpuGemvF32, 11.5e9);
+        QCOMPARE(paired.cpuGemvBf16, 10.5e9);
+        QCOMPARE(paired.cpuCacheBytes, uint64_t(32ULL << 20));
+        QVERIFY2(paired.sources.find("the rates they were fitted to") != std::string::npos, paired.sources.c_str());
+    } else {
+        QVERIFY(paired.fixedCosts.empty());
+    }
+    const HardwareProfile now = measureThisMachine({}, /*withFixedCosts=*/false);
+    QVERIFY(now.fixedCosts.empty());
+    QVERIFY(now.ramBandwidth != 12.5e9); // this machine's own reading (no RAM reads at exactly that)
+    QVERIFY(now.sources.find("fitted") == std::string::npos && now.sources.find("fixed costs") == std::string::npos);
+    // A damaged set of rates is no set: the costs come back alone.
+    {
+        QFile f(dir.path() + "/fixed-costs.json");
+        QVERIFY(f.open(QIODevice::ReadOnly));
+        nlohmann::json saved = nlohmann::json::parse(f.readAll().toStdString());
+        f.close();
+        saved[thisCpuKey()]["fittedTo"]["cpuGemvF32"] = "fast";
+        fixtures::writeJson((dir.path() + "/fixed-costs.json").toStdString(), saved);
+        QCOMPARE(loadFixedCosts(nullptr, &fitted).size(), size_t(1));
+        QCOMPARE(fitted.ramBandwidth, 0.0);
+    }
     if (before.isNull())
         qunsetenv("STOWAGE_CACHE_DIR");
     else

@@ -54,8 +54,9 @@ extern "C" int stowage_cli_fixed_costs(int, char**)
         }
         std::fprintf(stderr, "timing the fixed costs of a decode step (about 15 seconds)...\n");
         std::map<std::string, stowage::FixedCosts> costs;
+        const stowage::HardwareProfile machine = stowage::measureThisMachine({}, /*withFixedCosts=*/false);
         try {
-            costs = stowage::measureFixedCosts(pattern, stowage::measureThisMachine());
+            costs = stowage::measureFixedCosts(pattern, machine);
         } catch (...) {
             std::error_code ec;
             fs::remove_all(pattern, ec);
@@ -66,7 +67,7 @@ extern "C" int stowage_cli_fixed_costs(int, char**)
         char date[32];
         const std::time_t now = std::time(nullptr);
         std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
-        stowage::saveFixedCosts(costs, date);
+        stowage::saveFixedCosts(costs, date, stowage::fittedRatesOf(machine));
         return 0;
     });
 }

@@ -212,7 +212,8 @@ int hardwareCommand(const std::vector<std::string>& argv, const std::function<in
     // The positional argument is a preset name here, not a checkpoint.
     if (a.positional().empty() && !a.flag("--no-fixed-costs") && measureFixedCosts && measureFixedCosts() != 0)
         std::fprintf(stderr, "stowage-cli: warning: fixed costs per token and layer not measured\n");
-    HardwareProfile hw = a.positional().empty() ? measureThisMachine() : hardwarePreset(a.positional()[0]);
+    HardwareProfile hw = a.positional().empty() ? measureThisMachine({}, !a.flag("--no-fixed-costs"))
+                                                : hardwarePreset(a.positional()[0]);
     const std::string json = profileToJson(hw);
     if (auto out = a.value("-o"))
         writeFile(*out, json + "\n");
@@ -226,11 +227,16 @@ int hardwareCommand(const std::vector<std::string>& argv, const std::function<in
             std::printf("  GPU %zu  %-24s %8s  %7.0f GB/s  host->GPU %5.1f GB/s pinned, %5.1f pageable\n", i,
                         hw.gpus[i].name.c_str(), humanBytes(hw.gpus[i].memoryBytes).c_str(),
                         hw.gpus[i].memoryBandwidth / 1e9, hw.gpus[i].h2dPinned / 1e9, hw.gpus[i].h2dPageable / 1e9);
-        std::printf("  RAM    %s at %.1f GB/s, disk %.1f GB/s, CPU %.0f GFLOP/s\n", humanBytes(hw.ramBytes).c_str(),
+        std::printf("  RAM    %s at %.1f GB/s, disk %.1f GB/s, CPU %.0f GFLOP/s", humanBytes(hw.ramBytes).c_str(),
                     hw.ramBandwidth / 1e9, hw.diskReadBandwidth / 1e9, hw.cpuFlops / 1e9);
+        if (hw.cpuCacheBytes > 0)
+            std::printf(", caches %s", humanBytes(hw.cpuCacheBytes).c_str());
+        std::printf("\n");
         for (const auto& [policy, c] : hw.fixedCosts) {
             std::printf("  fixed costs %-23s %6.0f us per token, %5.0f us per layer, %5.0f us more per layer on disk",
                         policy.c_str(), c.perToken * 1e6, c.perUnit * 1e6, c.perDiskUnit * 1e6);
+            if (c.perUnitFromRam > c.perUnit)
+                std::printf(", %.0f us per layer past the caches", c.perUnitFromRam * 1e6);
             if (c.perExpert > 0)
                 std::printf(", %.0f us per routed expert", c.perExpert * 1e6);
             if (c.copyBandwidth > 0)

@@ -345,7 +345,10 @@ CostEstimate estimateImpl(const std::vector<std::pair<Device, uint64_t>>& placem
     // What a step costs besides its bytes (HardwareProfile::fixedCosts).
     if (auto it = profile.fixedCosts.find(policyName(policy)); it != profile.fixedCosts.end()) {
         const FixedCosts& f = it->second;
-        est.fixedSeconds = f.perToken + f.perUnit * std::max(units.total, 0) + f.perDiskUnit * std::max(units.onDisk, 0) +
+        // Weights past the CPU's caches: every unit's products start cold.
+        const bool fromRam = profile.cpuCacheBytes > 0 && double(total) > double(profile.cpuCacheBytes);
+        const double perUnit = fromRam ? std::max(f.perUnit, f.perUnitFromRam) : f.perUnit;
+        est.fixedSeconds = f.perToken + perUnit * std::max(units.total, 0) + f.perDiskUnit * std::max(units.onDisk, 0) +
                            f.perExpert * double(std::max<int64_t>(units.experts, 0));
         est.secondsPerToken += est.fixedSeconds;
     }

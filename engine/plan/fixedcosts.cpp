@@ -25,6 +25,8 @@ nlohmann::json fixedCostsToJson(const std::map<std::string, FixedCosts>& costs)
     for (const auto& [policy, c] : costs)
     {
         j[policy] = {{"perToken", c.perToken}, {"perUnit", c.perUnit}, {"perDiskUnit", c.perDiskUnit}};
+        if (c.perUnitFromRam > 0)
+            j[policy]["perUnitFromRam"] = c.perUnitFromRam;
         if (c.perExpert > 0)
             j[policy]["perExpert"] = c.perExpert;
         if (c.copyBandwidth > 0)
@@ -68,6 +70,7 @@ std::map<std::string, FixedCosts> fixedCostsFromJson(const nlohmann::json& j, co
             }
             double* field = key == "perToken"        ? &c.perToken
                             : key == "perUnit"       ? &c.perUnit
+                            : key == "perUnitFromRam" ? &c.perUnitFromRam
                             : key == "perDiskUnit"   ? &c.perDiskUnit
                             : key == "perExpert"     ? &c.perExpert
                             : key == "copyBandwidth" ? &c.copyBandwidth
@@ -125,8 +128,10 @@ namespace {
 // no longer spin beside decode, runtimeenv.h; 3: accelerate-like's copy rate
 // timed, FixedCosts::copyBandwidth; 4: a routed expert's cost timed,
 // FixedCosts::perExpert; 5: the copy rate timed on three weight sizes,
-// FixedCosts::copyRates; entries without one are 1).
-constexpr int kRevision = 5;
+// FixedCosts::copyRates; 6: glibc's malloc thresholds fixed while a model
+// runs, pinAllocator in runtimeenv.h, and FixedCosts::perUnitFromRam timed;
+// entries without one are 1).
+constexpr int kRevision = 6;
 
 nlohmann::json readCache(const std::string& path)
 {
@@ -143,18 +148,31 @@ nlohmann::json readCache(const std::string& path)
 
 } // namespace
 
-void saveFixedCosts(const std::map<std::string, FixedCosts>& costs, const std::string& when)
+FittedRates fittedRatesOf(const HardwareProfile& profile)
+{
+    return {profile.ramBandwidth, profile.cpuGemvF32, profile.cpuGemvBf16, profile.cpuCacheBytes};
+}
+
+void saveFixedCosts(const std::map<std::string, FixedCosts>& costs, const std::string& when,
+                    const FittedRates& fittedTo)
 {
     const std::string path = fixedCostsCachePath();
     nlohmann::json all = readCache(path);
     all[thisCpuKey()] = {{"measured", when}, {"revision", kRevision}, {"fixedCosts", detail::fixedCostsToJson(costs)}};
+    if (fittedTo.ramBandwidth > 0)
+        all[thisCpuKey()]["fittedTo"] = {{"ramBandwidth", fittedTo.ramBandwidth},
+                                        {"cpuGemvF32", fittedTo.cpuGemvF32},
+                                        {"cpuGemvBf16", fittedTo.cpuGemvBf16},
+                                        {"cpuCacheBytes", fittedTo.cpuCacheBytes}};
     std::error_code ec;
     std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
     writeFileAtomically(path, all.dump(2) + "\n");
 }
 
-std::map<std::string, FixedCosts> loadFixedCosts(std::string* when)
+std::map<std::string, FixedCosts> loadFixedCosts(std::string* when, FittedRates* fittedTo)
 {
+    if (fittedTo)
+        *fittedTo = {};
     const std::string path = fixedCostsCachePath();
     const nlohmann::json all = readCache(path);
     auto it = all.find(thisCpuKey());
@@ -165,6 +183,17 @@ std::map<std::string, FixedCosts> loadFixedCosts(std::string* when)
         auto costs = detail::fixedCostsFromJson((*it)["fixedCosts"], path, "");
         if (when && it->contains("measured") && (*it)["measured"].is_string())
             *when = (*it)["measured"].get<std::string>();
+        // The rates together or none: a damaged set would pair the costs
+        // with figures they were not fitted to.
+        const nlohmann::json f = it->value("fittedTo", nlohmann::json::object());
+        const auto positive = [&](const char* k) {
+            return f.contains(k) && f[k].is_number() && f[k].get<double>() >= 0 && std::isfinite(f[k].get<double>());
+        };
+        if (fittedTo && f.is_object() && positive("ramBandwidth") && f["ramBandwidth"].get<double>() > 0 &&
+            positive("cpuGemvF32") && positive("cpuGemvBf16") && f.contains("cpuCacheBytes") &&
+            f["cpuCacheBytes"].is_number_unsigned())
+            *fittedTo = {f["ramBandwidth"].get<double>(), f["cpuGemvF32"].get<double>(),
+                         f["cpuGemvBf16"].get<double>(), f["cpuCacheBytes"].get<uint64_t>()};
         return costs;
     } catch (const InputError&) {
         return {};

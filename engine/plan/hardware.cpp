@@ -140,6 +140,7 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) float gemvBf16Avx512(cons
 
 struct RamRates {
     double read = 0, gemvF32 = 0, gemvBf16 = 0; // bytes/s; 0: not measured
+    uint64_t cacheBytes = 0;                    // HardwareProfile::cpuCacheBytes
 };
 
 // RAM read bandwidth: all usable cores sum a 256 MiB buffer, best of 3. All
@@ -215,6 +216,43 @@ RamRates measureRamRates()
     }
     RamRates out;
     out.read = median(reads);
+    // The CPU's caches as decode meets them: the largest working set, from
+    // 4 MiB up in steps of two, that all cores re-read at 1.45x the whole
+    // buffer's rate or better (this AMD EPYC guest: 81-99 GB/s up to 32 MiB,
+    // 47-60 from 64 MiB, 52 for the 256 MiB read, 2026-12-08). Measured
+    // rather than asked: the guest reported the host's 508 MiB of L3. Each
+    // set's passes alternate with passes over the whole buffer and the two
+    // are compared pass by pass: this VM's RAM rate moves between levels for
+    // seconds at a time, and against one earlier figure the answer ranged
+    // from none to 128 MiB in six runs. Interleaved, five passes a set, the
+    // medians here were 1.51-1.79 up to 32 MiB and 1.22-1.36 at 64 in runs
+    // on a quiet machine (a busy second can still shrink the answer).
+    const auto sumOf = [&](size_t setWords, int rounds) { // bytes/s
+        const size_t share = setWords / threads;
+        const auto t0 = Clock::now();
+        parallel(threads, [&](unsigned t) {
+            uint64_t s0 = 0, s1 = 0;
+            for (int r = 0; r < rounds; ++r)
+                for (size_t i = t * share; i + 2 <= (t + 1) * share; i += 2) {
+                    s0 += buffer[i];
+                    s1 += buffer[i + 1];
+                }
+            sink += s0 + s1;
+        });
+        const double s = secondsSince(t0);
+        return s > 0 ? double(share * threads * sizeof(uint64_t)) * rounds / s : 0.0;
+    };
+    for (uint64_t set = 4ULL << 20; out.read > 0 && set * 2 <= size; set *= 2) {
+        std::vector<double> ratios;
+        for (int pass = 0; pass < 5; ++pass) {
+            const double cached = sumOf(set / sizeof(uint64_t), int(std::max<uint64_t>(2, size / set))),
+                         whole = sumOf(words, 1);
+            if (whole > 0)
+                ratios.push_back(cached / whole);
+        }
+        if (median(ratios) >= 1.45)
+            out.cacheBytes = set; // the largest such: a stall on a small set does not hide the larger
+    }
 #ifdef STOWAGE_X86_SIMD
     // 16 KiB rows, split across the threads in whole groups of four.
     const size_t rowBytes = 16384, rows = (words * sizeof(uint64_t)) / rowBytes / 4 * 4;
@@ -596,7 +634,7 @@ double measureFileReadBandwidth(const std::string& path, bool cold, uint64_t max
     return rate;
 }
 
-HardwareProfile measureThisMachine(const std::string& diskSample)
+HardwareProfile measureThisMachine(const std::string& diskSample, bool withFixedCosts)
 {
     HardwareProfile p;
     p.simulated = false;
@@ -618,6 +656,7 @@ HardwareProfile measureThisMachine(const std::string& diskSample)
             p.ramBandwidth = ram;
         p.cpuGemvF32 = rates.gemvF32;
         p.cpuGemvBf16 = rates.gemvBf16;
+        p.cpuCacheBytes = rates.cacheBytes;
         p.cpuFlops = measureCpuFlops();
         p.measured = ram > 0;
         p.pageCacheReadBandwidth = measureCopyBandwidth();
@@ -631,6 +670,8 @@ HardwareProfile measureThisMachine(const std::string& diskSample)
             note(measured, "GEMV fp32");
         if (p.cpuGemvBf16 > 0)
             note(measured, "GEMV bf16");
+        if (p.cpuCacheBytes > 0)
+            note(measured, "CPU cache (" + std::to_string(p.cpuCacheBytes >> 20) + " MiB re-read above RAM's rate)");
     } else {
         note(assumed, "RAM read, CPU FLOP/s, page-cache read (instrumented build)");
     }
@@ -650,11 +691,22 @@ HardwareProfile measureThisMachine(const std::string& diskSample)
     // What a step costs besides its bytes, timed by the runtime (it needs
     // LibTorch, so `stowage-cli hardware` measures it once per machine).
     std::string when;
-    if (!kInstrumentedBuild)
-        p.fixedCosts = loadFixedCosts(&when);
-    p.sources += p.fixedCosts.empty()
-                     ? "; fixed costs per token and per layer: not measured yet (`stowage-cli hardware` measures them)"
-                     : "; fixed costs per token and per layer: measured by `stowage-cli hardware` on " + when;
+    FittedRates fitted;
+    if (!kInstrumentedBuild && withFixedCosts)
+        p.fixedCosts = loadFixedCosts(&when, &fitted);
+    if (withFixedCosts)
+        p.sources += p.fixedCosts.empty()
+                         ? "; fixed costs per token and per layer: not measured yet (`stowage-cli hardware` measures them)"
+                         : "; fixed costs per token and per layer: measured by `stowage-cli hardware` on " + when;
+    // The fixed costs are what decode took beyond its bytes at the rates
+    // measured beside them: those rates go with them (FittedRates).
+    if (!p.fixedCosts.empty() && fitted.ramBandwidth > 0) {
+        p.ramBandwidth = fitted.ramBandwidth;
+        p.cpuGemvF32 = fitted.cpuGemvF32;
+        p.cpuGemvBf16 = fitted.cpuGemvBf16;
+        p.cpuCacheBytes = fitted.cpuCacheBytes;
+        p.sources += " (RAM read, GEMV and caches as measured then, the rates they were fitted to)";
+    }
     for (const NvmlGpu& nv : queryNvml())
         p.gpus.push_back(gpuFromNvml(nv));
     if (!p.gpus.empty())

@@ -145,6 +145,8 @@ std::string profileToJson(const HardwareProfile& p)
         j["cpuGemvF32"] = p.cpuGemvF32;
     if (p.cpuGemvBf16 > 0)
         j["cpuGemvBf16"] = p.cpuGemvBf16;
+    if (p.cpuCacheBytes > 0)
+        j["cpuCacheBytes"] = p.cpuCacheBytes;
     if (!p.fixedCosts.empty())
         j["fixedCosts"] = detail::fixedCostsToJson(p.fixedCosts);
     if (!p.sources.empty())
@@ -246,7 +248,8 @@ HardwareProfile profileFromJson(const std::string& text, const std::string& path
     }
     const ObjectReader top(j, path, "",
                            {"name", "simulated", "ramBytes", "ramBandwidth", "diskReadBandwidth", "cpuFlops", "gpus",
-                            "pageCacheReadBandwidth", "freshCopyBandwidth", "cpuGemvF32", "cpuGemvBf16", "fixedCosts", "sources"});
+                            "pageCacheReadBandwidth", "freshCopyBandwidth", "cpuGemvF32", "cpuGemvBf16", "cpuCacheBytes",
+                            "fixedCosts", "sources"});
     HardwareProfile p;
     p.name = top.text("name");
     p.ramBytes = top.bytes("ramBytes");
@@ -261,6 +264,8 @@ HardwareProfile profileFromJson(const std::string& text, const std::string& path
         p.cpuGemvF32 = top.positive("cpuGemvF32");
     if (j.contains("cpuGemvBf16"))
         p.cpuGemvBf16 = top.positive("cpuGemvBf16");
+    if (j.contains("cpuCacheBytes"))
+        p.cpuCacheBytes = top.bytes("cpuCacheBytes");
     if (j.contains("fixedCosts"))
         p.fixedCosts = detail::fixedCostsFromJson(j["fixedCosts"], path, "");
     if (j.contains("sources"))

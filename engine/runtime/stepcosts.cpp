@@ -16,7 +16,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <random>
 
 namespace stowage {
 namespace {
@@ -44,6 +43,18 @@ void writeWeights(const fs::path& out, const std::string& config, Next next)
     writeSafetensors((out / "model.safetensors").string(), blobs);
 }
 
+// A fast generator of small weights: the values do not matter to a timing,
+// only that every page is real (the 300 MB models below took seconds with a
+// normal distribution).
+struct Xorshift {
+    uint64_t state;
+    float operator()()
+    {
+        state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+        return (float(state >> 40) / float(1 << 24) - 0.5f) * 0.08f;
+    }
+};
+
 // A Llama of `layers` layers in heads of 32 (a head width the decode
 // kernels take, as real checkpoints' are: with heads of 8 the attention fell
 // back to LibTorch's operations and a layer cost twice what the demo's
@@ -61,9 +72,7 @@ fs::path writeTinyLlama(const fs::path& dir, int layers, int hidden = 64, int in
                                R"(, "vocab_size": 128, "max_position_embeddings": 256, "rms_norm_eps": 1e-05,
  "tie_word_embeddings": false, "torch_dtype": "float32"})";
     std::ofstream(out / "config.json") << config;
-    std::mt19937 rng{static_cast<uint32_t>(layers)};
-    std::normal_distribution<float> dist(0.0f, 0.02f);
-    writeWeights(out, config, [&] { return dist(rng); });
+    writeWeights(out, config, Xorshift{0x9E3779B97F4A7C15ULL + uint64_t(layers)});
     return out;
 }
 
@@ -94,11 +103,7 @@ fs::path writeTinyMoe(const fs::path& dir, int topK, const fs::path& weightsFrom
             fs::copy_file(weightsFrom / "model.safetensors", weights);
         return out;
     }
-    uint64_t state = 0x9E3779B97F4A7C15ULL;
-    writeWeights(out, config, [&] {
-        state ^= state << 13, state ^= state >> 7, state ^= state << 17; // xorshift64
-        return (float(state >> 40) / float(1 << 24) - 0.5f) * 0.08f;
-    });
+    writeWeights(out, config, Xorshift{0x9E3779B97F4A7C15ULL});
     return out;
 }
 
@@ -203,6 +208,12 @@ std::map<std::string, FixedCosts> measureFixedCosts(const std::string& scratchDi
     // shapes instead, an expert cost 20-40 us more than its bytes at the
     // profile's rate on an AMD EPYC (docs/PERFORMANCE.md).
     const fs::path one = writeTinyMoe(dir, 1), eight = writeTinyMoe(dir, 8, one);
+    // Layers past the CPU's caches (FixedCosts::perUnitFromRam): hidden 512,
+    // 12.9 MB a layer, 12 and 24 of them (154 and 308 MB: more than the
+    // 32 MiB this AMD EPYC guest caches, or a large server L3). Per layer the
+    // step cost 0.13-0.18 ms beyond its bytes there, at hidden 512 and 1024
+    // alike, against the tiny models' 0.02 (2026-12-08).
+    const fs::path cold = writeTinyLlama(dir, 12, 512, 1408), colder = writeTinyLlama(dir, 24, 512, 1408);
     for (ExecutionPolicy pol :
          {ExecutionPolicy::AccelerateLike, ExecutionPolicy::Prefetch, ExecutionPolicy::ComputeWhereItLives}) {
         // The bytes' cost with the copy rate just timed, so that what is
@@ -220,6 +231,9 @@ std::map<std::string, FixedCosts> measureFixedCosts(const std::string& scratchDi
         c.perUnit = std::max(0.0, (fb - fa) / double(b.units - a.units));
         c.perToken = std::max(0.0, fa - c.perUnit * a.units);
         c.perDiskUnit = std::max(0.0, (fd - fb) / double(many));
+        const Timed ca = timeDecode(cold, ram, pol, bytesOnly, 16, 4), cb = timeDecode(colder, ram, pol, bytesOnly, 16, 4);
+        c.perUnitFromRam = std::max(c.perUnit, ((cb.secondsPerToken - cb.modelled) - (ca.secondsPerToken - ca.modelled)) /
+                                                   double(cb.units - ca.units));
         const Timed e1 = timeDecode(one, ram, pol, bytesOnly), e8 = timeDecode(eight, ram, pol, bytesOnly);
         const double more = (e8.secondsPerToken - e8.modelled) - (e1.secondsPerToken - e1.modelled);
         c.perExpert = std::max(0.0, more / double(7 * 2)); // seven more experts in each of two layers

@@ -48,6 +48,12 @@ struct FixedCosts {
     // sizes costs seconds per byte interpolated on its size's logarithm;
     // outside them, the nearest size's. Empty: copyBandwidth for every size.
     std::vector<std::pair<double, double>> copyRates = {};
+    // perUnit where the model's weights are more than the CPU's caches hold
+    // (HardwareProfile::cpuCacheBytes), so every matrix of a step streams
+    // from RAM: each matrix-vector product starts cold (the AMD EPYC guest
+    // of 2026-12-08: 0.13-0.18 ms a Llama layer beyond its bytes, against
+    // 0.02 ms in cache). 0: not timed, perUnit.
+    double perUnitFromRam = 0;
 };
 
 // Bytes/s at which accelerate-like copies a disk weight of `weightBytes`
@@ -74,6 +80,12 @@ struct HardwareProfile {
     // decoding's inner loop) in fp32 and bf16; 0: not measured, as RAM read.
     double cpuGemvF32 = 0;
     double cpuGemvBf16 = 0;
+    // The largest working set (a power of two from 4 MiB) that all cores
+    // re-read at well above ramBandwidth: a model whose weights fit is read
+    // from the CPU's caches every token, and its steps cost the fixed costs
+    // timed on tiny models (FixedCosts::perUnit); a larger one pays
+    // FixedCosts::perUnitFromRam. 0: not measured.
+    uint64_t cpuCacheBytes = 0;
     // Fixed costs per execution policy ("accelerate-like", "prefetch",
     // "compute-where-it-lives"; costmodel.h's policyName), measured by
     // `stowage-cli hardware` (the runtime times tiny generated models) and
@@ -102,7 +114,11 @@ HardwareProfile hardwarePreset(const std::string& name);
 // when given, up to 256 MiB of it are read past the page cache (O_DIRECT) to
 // time the drive. Without one, or where the file system refuses O_DIRECT, the
 // disk figure is a labelled assumption (see HardwareProfile::sources).
-HardwareProfile measureThisMachine(const std::string& diskSample = {});
+// `withFixedCosts`: attach the fixed costs kept for this CPU
+// (loadFixedCosts), and with them the CPU rates they were fitted to
+// (FittedRates): the two are one calibration. False: every rate as
+// measured now, no fixed costs.
+HardwareProfile measureThisMachine(const std::string& diskSample = {}, bool withFixedCosts = true);
 // Sequential read of up to `maxBytes` of `path`: past the page cache
 // (O_DIRECT, cold) or through it (warm: the file's pages are read into the
 // cache first). Bytes/s; 0 when the file cannot be read that way.
@@ -118,11 +134,26 @@ std::string fixedCostsCachePath();
 std::string thisCpuKey();
 // Writes `costs` for thisCpuKey() with `when` (an ISO date) to the cache;
 // throws InputError naming the file when it cannot be written.
-void saveFixedCosts(const std::map<std::string, FixedCosts>& costs, const std::string& when);
-// The fixed costs saved for thisCpuKey(), and in `when` the date they were
-// measured; empty when none were (or the file is unreadable: then they are
-// measured again, never an error).
-std::map<std::string, FixedCosts> loadFixedCosts(std::string* when = nullptr);
+// The CPU rates fixed costs were fitted to: a step's fixed costs are what its
+// measured time has beyond its bytes at these rates. This VM's RAM rate
+// moves between two levels (35 and 55 GB/s) from one measurement to the
+// next; fixed costs fitted at one level and paired with a profile measured
+// at the other put a 440 MB Llama at 1.3-1.8x its speed (2026-12-08).
+struct FittedRates {
+    double ramBandwidth = 0, cpuGemvF32 = 0, cpuGemvBf16 = 0; // 0: not kept
+    uint64_t cpuCacheBytes = 0;
+};
+FittedRates fittedRatesOf(const HardwareProfile& profile);
+// Writes `costs` for thisCpuKey() with `when` (an ISO date) and the rates
+// they were fitted to to the cache; throws InputError naming the file when
+// it cannot be written.
+void saveFixedCosts(const std::map<std::string, FixedCosts>& costs, const std::string& when,
+                    const FittedRates& fittedTo = {});
+// The fixed costs saved for thisCpuKey(), in `when` the date they were
+// measured and in `fittedTo` the rates they were fitted to (zeros where the
+// entry has none); empty when none were (or the file is unreadable: then
+// they are measured again, never an error).
+std::map<std::string, FixedCosts> loadFixedCosts(std::string* when = nullptr, FittedRates* fittedTo = nullptr);
 
 // What is free right now, for planning when the user gives no budgets: GPU
 // free memory by CUDA index (NVML; empty without a driver) and RAM as

@@ -614,7 +614,7 @@ void TestCostModel::measuresThisMachinePlausibly()
         // two from 4 MiB up to half the 256 MiB buffer, said in the sources.
         const uint64_t c = p.cpuCacheBytes;
         QVERIFY2(c == 0 || (c >= (4ULL << 20) && c <= (128ULL << 20) && (c & (c - 1)) == 0), qPrintable(QString::number(c)));
-        QCOMPARE(p.sources.find("CPU cache (") != std::string::npos, c > 0);
+        QCOMPARE(p.sources.find("CPU cache size") != std::string::npos, c > 0);
         QCOMPARE(q.cpuCacheBytes, c);
     }
     QVERIFY(p.name.find("GB RAM") != std::string::npos);

@@ -671,7 +671,7 @@ HardwareProfile measureThisMachine(const std::string& diskSample, bool withFixed
         if (p.cpuGemvBf16 > 0)
             note(measured, "GEMV bf16");
         if (p.cpuCacheBytes > 0)
-            note(measured, "CPU cache (" + std::to_string(p.cpuCacheBytes >> 20) + " MiB re-read above RAM's rate)");
+            note(measured, "CPU cache size (a set re-read above RAM's rate)");
     } else {
         note(assumed, "RAM read, CPU FLOP/s, page-cache read (instrumented build)");
     }

@@ -186,11 +186,11 @@ std::map<std::string, FixedCosts> loadFixedCosts(std::string* when, FittedRates*
         // The rates together or none: a damaged set would pair the costs
         // with figures they were not fitted to.
         const nlohmann::json f = it->value("fittedTo", nlohmann::json::object());
-        const auto positive = [&](const char* k) {
+        const auto rate = [&](const char* k) { // bytes/s, 0 where not measured
             return f.contains(k) && f[k].is_number() && f[k].get<double>() >= 0 && std::isfinite(f[k].get<double>());
         };
-        if (fittedTo && f.is_object() && positive("ramBandwidth") && f["ramBandwidth"].get<double>() > 0 &&
-            positive("cpuGemvF32") && positive("cpuGemvBf16") && f.contains("cpuCacheBytes") &&
+        if (fittedTo && f.is_object() && rate("ramBandwidth") && f["ramBandwidth"].get<double>() > 0 &&
+            rate("cpuGemvF32") && rate("cpuGemvBf16") && f.contains("cpuCacheBytes") &&
             f["cpuCacheBytes"].is_number_unsigned())
             *fittedTo = {f["ramBandwidth"].get<double>(), f["cpuGemvF32"].get<double>(),
                          f["cpuGemvBf16"].get<double>(), f["cpuCacheBytes"].get<uint64_t>()};

@@ -192,28 +192,35 @@ RamRates measureRamRates()
             buffer[i] = 0x3F803F803F803F80ULL ^ (i & 0xFF); // ~1.0 as fp32 and as bf16: no denormals
     });
     std::atomic<uint64_t> sink{0};
-    std::vector<double> reads;
-    for (int pass = 0; pass < kRatePasses; ++pass) {
+    // Bytes/s of all threads summing the buffer's first `count` words,
+    // `rounds` times over (0 when the clock saw no time pass).
+    const auto readRate = [&](size_t count, int rounds) {
+        const size_t share = count / threads;
         const auto t0 = Clock::now();
         parallel(threads, [&](unsigned t) {
-            auto [b, e] = range(t);
+            const size_t b = t * share, e = t + 1 == threads ? count : (t + 1) * share;
             // Four accumulators so the adds are not one dependency chain.
             uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-            size_t i = b;
-            for (; i + 4 <= e; i += 4) {
-                s0 += buffer[i];
-                s1 += buffer[i + 1];
-                s2 += buffer[i + 2];
-                s3 += buffer[i + 3];
+            for (int r = 0; r < rounds; ++r) {
+                size_t i = b;
+                for (; i + 4 <= e; i += 4) {
+                    s0 += buffer[i];
+                    s1 += buffer[i + 1];
+                    s2 += buffer[i + 2];
+                    s3 += buffer[i + 3];
+                }
+                for (; i < e; ++i)
+                    s0 += buffer[i];
             }
-            for (; i < e; ++i)
-                s0 += buffer[i];
             sink += s0 + s1 + s2 + s3; // keeps the loop from being optimised away
         });
         const double s = secondsSince(t0);
-        if (s > 0)
-            reads.push_back(static_cast<double>(words * sizeof(uint64_t)) / s);
-    }
+        return s > 0 ? static_cast<double>(count * sizeof(uint64_t)) * rounds / s : 0.0;
+    };
+    std::vector<double> reads;
+    for (int pass = 0; pass < kRatePasses; ++pass)
+        if (const double r = readRate(words, 1); r > 0)
+            reads.push_back(r);
     RamRates out;
     out.read = median(reads);
     // The CPU's caches as decode meets them: the largest working set, from
@@ -227,26 +234,11 @@ RamRates measureRamRates()
     // from none to 128 MiB in six runs. Interleaved, five passes a set, the
     // medians here were 1.51-1.79 up to 32 MiB and 1.22-1.36 at 64 in runs
     // on a quiet machine (a busy second can still shrink the answer).
-    const auto sumOf = [&](size_t setWords, int rounds) { // bytes/s
-        const size_t share = setWords / threads;
-        const auto t0 = Clock::now();
-        parallel(threads, [&](unsigned t) {
-            uint64_t s0 = 0, s1 = 0;
-            for (int r = 0; r < rounds; ++r)
-                for (size_t i = t * share; i + 2 <= (t + 1) * share; i += 2) {
-                    s0 += buffer[i];
-                    s1 += buffer[i + 1];
-                }
-            sink += s0 + s1;
-        });
-        const double s = secondsSince(t0);
-        return s > 0 ? double(share * threads * sizeof(uint64_t)) * rounds / s : 0.0;
-    };
     for (uint64_t set = 4ULL << 20; out.read > 0 && set * 2 <= size; set *= 2) {
         std::vector<double> ratios;
         for (int pass = 0; pass < 5; ++pass) {
-            const double cached = sumOf(set / sizeof(uint64_t), int(std::max<uint64_t>(2, size / set))),
-                         whole = sumOf(words, 1);
+            const double cached = readRate(set / sizeof(uint64_t), int(std::max<uint64_t>(2, size / set))),
+                         whole = readRate(words, 1);
             if (whole > 0)
                 ratios.push_back(cached / whole);
         }
@@ -645,8 +637,21 @@ HardwareProfile measureThisMachine(const std::string& diskSample, bool withFixed
     p.cpuFlops = 100e9;
     std::string measured, assumed;
     auto note = [](std::string& list, const std::string& what) { list += (list.empty() ? "" : ", ") + what; };
+    // What a step costs besides its bytes, timed by the runtime (it needs
+    // LibTorch, so `stowage-cli hardware` measures it once per machine).
+    // They are what decode took beyond its bytes at the CPU rates measured
+    // beside them, so those rates go with them (FittedRates), and are not
+    // read again here.
+    std::string when;
+    FittedRates fitted;
+    if (!kInstrumentedBuild && withFixedCosts)
+        p.fixedCosts = loadFixedCosts(&when, &fitted);
+    const bool keptRates = !p.fixedCosts.empty() && fitted.ramBandwidth > 0;
     if (!kInstrumentedBuild) {
-        const RamRates rates = measureRamRates(); // 0: could not allocate the buffer
+        // 0: could not allocate the buffer
+        const RamRates rates = keptRates ? RamRates{fitted.ramBandwidth, fitted.cpuGemvF32, fitted.cpuGemvBf16,
+                                                    fitted.cpuCacheBytes}
+                                         : measureRamRates();
         // The plain loop's rate, or the decode kernels' over the same buffer
         // where they read it faster: its scalar adds can be the limit (12.9
         // GB/s against 20.3 for the fp32 GEMV on a 2-core AVX-512 Xeon, whose
@@ -688,25 +693,12 @@ HardwareProfile measureThisMachine(const std::string& diskSample, bool withFixed
     }
     p.sources = "measured here: " + (measured.empty() ? std::string("nothing") : measured) +
                 (assumed.empty() ? std::string() : "; assumed: " + assumed);
-    // What a step costs besides its bytes, timed by the runtime (it needs
-    // LibTorch, so `stowage-cli hardware` measures it once per machine).
-    std::string when;
-    FittedRates fitted;
-    if (!kInstrumentedBuild && withFixedCosts)
-        p.fixedCosts = loadFixedCosts(&when, &fitted);
     if (withFixedCosts)
         p.sources += p.fixedCosts.empty()
                          ? "; fixed costs per token and per layer: not measured yet (`stowage-cli hardware` measures them)"
                          : "; fixed costs per token and per layer: measured by `stowage-cli hardware` on " + when;
-    // The fixed costs are what decode took beyond its bytes at the rates
-    // measured beside them: those rates go with them (FittedRates).
-    if (!p.fixedCosts.empty() && fitted.ramBandwidth > 0) {
-        p.ramBandwidth = fitted.ramBandwidth;
-        p.cpuGemvF32 = fitted.cpuGemvF32;
-        p.cpuGemvBf16 = fitted.cpuGemvBf16;
-        p.cpuCacheBytes = fitted.cpuCacheBytes;
+    if (keptRates)
         p.sources += " (RAM read, GEMV and caches as measured then, the rates they were fitted to)";
-    }
     for (const NvmlGpu& nv : queryNvml())
         p.gpus.push_back(gpuFromNvml(nv));
     if (!p.gpus.empty())
